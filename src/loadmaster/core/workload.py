@@ -1,0 +1,57 @@
+"""A workload: the jobs a trace holds, plus an honest account of what loading skipped."""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+
+from loadmaster.core.job import JobSpec
+
+
+@dataclass
+class LoadReport:
+    """What a loader read, kept and skipped (with reasons), so no job is dropped silently."""
+
+    source: str
+    read: int = 0
+    skipped: Counter[str] = field(default_factory=Counter)
+    notes: list[str] = field(default_factory=list)
+
+    def skip(self, reason: str) -> None:
+        self.skipped[reason] += 1
+
+    @property
+    def skipped_total(self) -> int:
+        return sum(self.skipped.values())
+
+    def summary(self) -> str:
+        kept = self.read - self.skipped_total
+        text = f"{self.source}: read {self.read} records, kept {kept}"
+        if self.skipped:
+            reasons = "; ".join(f"{n} {r}" for r, n in self.skipped.most_common())
+            text += f", skipped {self.skipped_total} ({reasons})"
+        for note in self.notes:
+            text += f"\n  note: {note}"
+        return text
+
+
+@dataclass
+class Workload:
+    """Jobs sorted by submit time (ties by id), with the report of how they were loaded."""
+
+    jobs: list[JobSpec]
+    report: LoadReport
+
+    def __post_init__(self) -> None:
+        self.jobs.sort(key=lambda j: (j.submit_time_s, j.job_id))
+        ids = Counter(j.job_id for j in self.jobs)
+        dupes = [i for i, c in ids.items() if c > 1]
+        if dupes:
+            raise ValueError(f"{self.report.source}: duplicate job ids: {dupes[:5]}")
+
+    def __len__(self) -> int:
+        return len(self.jobs)
+
+    @property
+    def tenants(self) -> list[str]:
+        return sorted({j.tenant for j in self.jobs})

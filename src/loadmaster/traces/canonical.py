@@ -1,0 +1,177 @@
+"""The canonical workload CSV: what `trace synth` writes, every loader can export, and users edit.
+
+Contract columns (../shared/DESIGN.md), in this order:
+  job_id, tenant, user, submit_time_s, learners, gpus_per_learner, cpus_per_learner,
+  mem_gb_per_learner, duration_s, model, priority, final_status, attempts
+Optional columns loadmaster adds so that a round trip loses nothing:
+  failed_attempts_s  runtimes of the failed attempts before the last one, ';'-separated
+  min_learners, max_learners  elastic bounds (empty = not elastic)
+  type_speed  relative speed per GPU type, e.g. 'v100=1;p100=0.61;k80=0.28'
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Iterable
+from pathlib import Path
+
+from loadmaster.core.job import FinalStatus, JobSpec
+from loadmaster.core.workload import LoadReport, Workload
+from loadmaster.traces.errors import TraceFormatError
+
+CONTRACT_COLUMNS = (
+    "job_id",
+    "tenant",
+    "user",
+    "submit_time_s",
+    "learners",
+    "gpus_per_learner",
+    "cpus_per_learner",
+    "mem_gb_per_learner",
+    "duration_s",
+    "model",
+    "priority",
+    "final_status",
+    "attempts",
+)
+EXTRA_COLUMNS = ("failed_attempts_s", "min_learners", "max_learners", "type_speed")
+COLUMNS = CONTRACT_COLUMNS + EXTRA_COLUMNS
+REQUIRED = ("job_id", "submit_time_s", "learners", "gpus_per_learner", "duration_s")
+
+
+def _fmt(x: float) -> str:
+    return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.3f}".rstrip("0").rstrip(".")
+
+
+def job_to_row(job: JobSpec) -> dict[str, str]:
+    return {
+        "job_id": job.job_id,
+        "tenant": job.tenant,
+        "user": job.user,
+        "submit_time_s": _fmt(job.submit_time_s),
+        "learners": str(job.learners),
+        "gpus_per_learner": str(job.gpus_per_learner),
+        "cpus_per_learner": _fmt(job.cpus_per_learner),
+        "mem_gb_per_learner": _fmt(job.mem_gb_per_learner),
+        "duration_s": _fmt(job.duration_s),
+        "model": job.model,
+        "priority": str(job.priority),
+        "final_status": job.final_status.value,
+        "attempts": str(job.attempts),
+        "failed_attempts_s": ";".join(_fmt(a) for a in job.failed_attempts_s),
+        "min_learners": "" if job.min_learners is None else str(job.min_learners),
+        "max_learners": "" if job.max_learners is None else str(job.max_learners),
+        "type_speed": ""
+        if job.type_speed is None
+        else ";".join(f"{t}={_fmt(s)}" for t, s in job.type_speed),
+    }
+
+
+def write_csv(jobs: Iterable[JobSpec], path: str | Path) -> int:
+    """Write jobs as canonical CSV; returns how many were written."""
+    n = 0
+    with open(path, "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=COLUMNS)
+        writer.writeheader()
+        for job in jobs:
+            writer.writerow(job_to_row(job))
+            n += 1
+    return n
+
+
+def _number(path: str, line: int, field: str, text: str, kind: type[int] | type[float]) -> float:
+    try:
+        value = kind(text)
+    except ValueError:
+        what = "a whole number" if kind is int else "a number"
+        raise TraceFormatError(path, line, field, f"expected {what}, got {text!r}") from None
+    return value
+
+
+def _row_to_job(path: str, line: int, row: dict[str, str]) -> JobSpec:
+    def get(name: str, default: str = "") -> str:
+        value = row.get(name)
+        return default if value is None or value.strip() == "" else value.strip()
+
+    for name in REQUIRED:
+        if get(name) == "":
+            raise TraceFormatError(path, line, name, "is empty; every job needs it")
+    learners = int(_number(path, line, "learners", get("learners"), int))
+    duration = float(_number(path, line, "duration_s", get("duration_s"), float))
+    status_text = get("final_status", "Pass")
+    try:
+        status = FinalStatus(status_text)
+    except ValueError:
+        allowed = ", ".join(s.value for s in FinalStatus)
+        raise TraceFormatError(path, line, "final_status", f"{status_text!r} is not one of {allowed}") from None
+    attempts = int(_number(path, line, "attempts", get("attempts", "1"), int))
+    failed_text = get("failed_attempts_s")
+    if failed_text:
+        failed = tuple(
+            float(_number(path, line, "failed_attempts_s", t, float)) for t in failed_text.split(";")
+        )
+        if len(failed) != attempts - 1:
+            raise TraceFormatError(
+                path, line, "failed_attempts_s",
+                f"lists {len(failed)} runtimes but attempts={attempts} implies {attempts - 1}",
+            )
+    else:
+        # Attempts without recorded runtimes: assume each failed attempt ran as long as the last one.
+        failed = (duration,) * max(0, attempts - 1)
+    type_speed = None
+    speed_text = get("type_speed")
+    if speed_text:
+        pairs = []
+        for part in speed_text.split(";"):
+            name, sep, value = part.partition("=")
+            if not sep:
+                raise TraceFormatError(path, line, "type_speed", f"expected TYPE=SPEED, got {part!r}")
+            pairs.append((name.strip(), float(_number(path, line, "type_speed", value, float))))
+        type_speed = tuple(pairs)
+    min_l = get("min_learners")
+    max_l = get("max_learners")
+    try:
+        return JobSpec(
+            job_id=get("job_id"),
+            tenant=get("tenant", "default"),
+            user=get("user"),
+            submit_time_s=float(_number(path, line, "submit_time_s", get("submit_time_s"), float)),
+            learners=learners,
+            gpus_per_learner=int(_number(path, line, "gpus_per_learner", get("gpus_per_learner"), int)),
+            cpus_per_learner=float(_number(path, line, "cpus_per_learner", get("cpus_per_learner", "0"), float)),
+            mem_gb_per_learner=float(
+                _number(path, line, "mem_gb_per_learner", get("mem_gb_per_learner", "0"), float)
+            ),
+            duration_s=duration,
+            model=get("model"),
+            priority=int(_number(path, line, "priority", get("priority", "0"), int)),
+            final_status=status,
+            failed_attempts_s=failed,
+            min_learners=int(_number(path, line, "min_learners", min_l, int)) if min_l else None,
+            max_learners=int(_number(path, line, "max_learners", max_l, int)) if max_l else None,
+            type_speed=type_speed,
+        )
+    except ValueError as exc:
+        if isinstance(exc, TraceFormatError):
+            raise
+        raise TraceFormatError(path, line, None, str(exc)) from None
+
+
+def read_csv(path: str | Path) -> Workload:
+    """Read a canonical CSV. A malformed row raises TraceFormatError naming line and field."""
+    name = str(path)
+    report = LoadReport(source=name)
+    with open(path, newline="") as f:
+        text = f.read()
+    reader = csv.DictReader(io.StringIO(text))
+    header = reader.fieldnames or []
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise TraceFormatError(name, 1, missing[0], f"header lacks required column(s) {missing}; "
+                               f"the canonical columns are {', '.join(CONTRACT_COLUMNS)}")
+    jobs = []
+    for row in reader:
+        report.read += 1
+        jobs.append(_row_to_job(name, reader.line_num, row))
+    return Workload(jobs, report)
