@@ -82,6 +82,11 @@ class Cluster:
         index = {t: i for i, t in enumerate(dict.fromkeys(n.gpu_type for n in self.nodes))}
         return np.array([index[n.gpu_type] for n in self.nodes], dtype=np.int64)
 
+    @cached_property
+    def fit_cache(self) -> dict[tuple[int, int, float, float], str | None]:
+        """Memo for scheduling.feasibility: whether a job shape can ever run here (the cluster is immutable)."""
+        return {}
+
     @property
     def total_cpus(self) -> float:
         return float(self.cpu_capacity.sum())

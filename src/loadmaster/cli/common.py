@@ -1,0 +1,85 @@
+"""What every CLI verb shares: the console, clean errors, and the progress bar."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import Any, NoReturn, TypeVar
+
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+console = Console()
+err_console = Console(stderr=True)
+
+T = TypeVar("T")
+
+
+def fail(message: str, code: int = 2) -> NoReturn:
+    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    raise typer.Exit(code)
+
+
+@contextmanager
+def user_errors() -> Iterator[None]:
+    """Turn bad input into one clear line and exit status 2, never a traceback."""
+    try:
+        yield
+    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError, KeyError) as exc:
+        text = str(exc) if not isinstance(exc, KeyError) else f"unknown name {exc}"
+        if isinstance(exc, FileNotFoundError) and exc.filename:
+            text = f"no such file: {exc.filename}"
+        fail(text)
+
+
+def print_json(data: Any) -> None:
+    sys.stdout.write(json.dumps(data, indent=2, sort_keys=True, default=str) + "\n")
+
+
+class SimProgress:
+    """A Rich progress bar over simulated time that appears only once a run has taken a second."""
+
+    def __init__(self, horizon_s: float, label: str, enabled: bool = True) -> None:
+        self.horizon = max(horizon_s, 1.0)
+        self.label = label
+        self.enabled = enabled and console.is_terminal
+        self.started = time.perf_counter()
+        self.progress: Progress | None = None
+        self.task: Any = None
+
+    def __call__(self, clock_s: float, finished_jobs: int) -> None:
+        if not self.enabled:
+            return
+        if self.progress is None:
+            if time.perf_counter() - self.started < 1.0:
+                return
+            self.progress = Progress(
+                TextColumn("[bold]{task.description}"), BarColumn(),
+                TextColumn("sim time {task.fields[sim_h]:.1f} h, {task.fields[done]} jobs done"),
+                TimeElapsedColumn(), console=console, transient=True,
+            )
+            self.progress.start()
+            self.task = self.progress.add_task(self.label, total=self.horizon, sim_h=0.0, done=0)
+        self.progress.update(self.task, completed=min(clock_s, self.horizon), sim_h=clock_s / 3600,
+                             done=finished_jobs)
+
+    def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+
+
+def guarded(fn: Callable[..., T]) -> Callable[..., T]:
+    """Decorator: run a command body under user_errors()."""
+    import functools
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> T:
+        with user_errors():
+            return fn(*args, **kwargs)
+        raise AssertionError("unreachable")
+
+    return wrapper

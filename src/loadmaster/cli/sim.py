@@ -1,0 +1,173 @@
+"""`loadmaster sim run|compare`: replay a workload and measure every job."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.table import Table
+
+from loadmaster.cli.common import SimProgress, console, guarded, print_json
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.workload import Workload
+from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.policies import POLICIES
+from loadmaster.sim.experiment import RunOptions, RunOutcome, simulate, write_comparison, write_run
+from loadmaster.sim.failures import RetryPolicy
+from loadmaster.sim.quotas import load_quota_file
+from loadmaster.traces import load_cluster, load_workload
+
+app = typer.Typer(help="Trace-driven simulation.", no_args_is_help=True)
+
+DEFAULT_TRACE = "sample:gavel"
+DEFAULT_CLUSTER = "9x4:v100,9x4:p100,9x4:k80"
+
+TraceOpt = Annotated[str, typer.Option("--trace", help="Trace file or folder, or sample:NAME (bundled).")]
+ClusterOpt = Annotated[str, typer.Option("--cluster", help="YAML file, shorthand like 16x8 or 9x4:v100,9x4:k80, "
+                                                           "or a name: philly, alibaba.")]
+FormatOpt = Annotated[str, typer.Option("--format", help="Trace format: auto, canonical, philly, gavel, "
+                                                         "gavel-vc, alibaba.")]
+SeedOpt = Annotated[int, typer.Option("--seed", help="Seed for every random choice (same seed, same output).")]
+RetryOpt = Annotated[RetryPolicy, typer.Option("--retry", help="Retry policy for failed attempts.")]
+MaxAttemptsOpt = Annotated[int, typer.Option("--max-attempts", min=1, help="Attempts per job for "
+                                                                           "--retry always|classified.")]
+QuotaOpt = Annotated[Path | None, typer.Option("--quotas", help="YAML quota file; default: sized by demand.")]
+UntilOpt = Annotated[float | None, typer.Option("--until", help="Stop the clock at this simulated second.")]
+CkptOpt = Annotated[float, typer.Option("--checkpoint-interval", min=0, help="Seconds of work between "
+                                                                             "checkpoints (0: none).")]
+RestartOpt = Annotated[float, typer.Option("--restart-overhead", min=0, help="Seconds a restart costs.")]
+
+
+def _inputs(trace: str, fmt: str, cluster: str) -> tuple[Workload, Cluster]:
+    workload = load_workload(trace, fmt)
+    if workload.report.skipped or workload.report.notes:
+        console.print(f"[dim]{workload.report.summary()}[/]", highlight=False)
+    if not workload.jobs:
+        raise ValueError(f"{trace}: the trace holds no jobs ({workload.report.summary()})")
+    return workload, load_cluster(cluster)
+
+
+def _check_names(policies: list[str], placements: list[str]) -> None:
+    for p in policies:
+        if p not in POLICIES:
+            raise ValueError(f"--policy: unknown policy {p!r}; choose from {', '.join(POLICIES)}")
+    for p in placements:
+        if p not in PLACERS:
+            raise ValueError(f"--placement: unknown placement {p!r}; choose from {', '.join(PLACERS)}")
+
+
+def _summary_table(runs: list[RunOutcome]) -> Table:
+    table = Table(title="simulation summary")
+    table.add_column("metric")
+    for run in runs:
+        table.add_column(run.label, justify="right")
+    keys = ["jobs", "completed", "failed", "rejected", "unfinished", "avg_jct_s", "p50_jct_s", "p99_jct_s",
+            "makespan_s", "avg_queue_delay_s", "fair_share_delay_s", "fragmentation_delay_s",
+            "gpu_utilization", "max_rho", "median_rho", "jain_fairness", "preemptions",
+            "gpu_hours_failed_attempts", "wall_time_s"]
+    for k in keys:
+        cells = []
+        for run in runs:
+            v = run.summary[k]
+            cells.append(f"{v:,.3f}" if isinstance(v, float) and abs(v) < 100 else
+                         f"{v:,.0f}" if isinstance(v, float) else f"{v:,}")
+        table.add_row(k, *cells)
+    return table
+
+
+def _options(policy: str, placement: str, retry: RetryPolicy, max_attempts: int, seed: int,
+             quotas: Path | None, until: float | None, ckpt: float, restart: float) -> RunOptions:
+    return RunOptions(
+        policy=policy, placement=placement, retry=retry, max_attempts=max_attempts, seed=seed,
+        checkpoint_interval_s=ckpt, restart_overhead_s=restart, until_s=until,
+        quotas=load_quota_file(quotas) if quotas else None,
+    )
+
+
+@app.command("run")
+@guarded
+def run(
+    out: Annotated[Path, typer.Option("--out", help="Folder for summary.json, jobs.csv and plots.")] = Path(
+        "runs/latest"),
+    trace: TraceOpt = DEFAULT_TRACE,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    policy: Annotated[str, typer.Option("--policy", help=f"One of: {', '.join(POLICIES)}.")] = "fifo",
+    placement: Annotated[str, typer.Option("--placement", help=f"One of: {', '.join(PLACERS)}.")] = "pack",
+    fmt: FormatOpt = "auto",
+    seed: SeedOpt = 0,
+    retry: RetryOpt = RetryPolicy.TRACE,
+    max_attempts: MaxAttemptsOpt = 3,
+    quotas: QuotaOpt = None,
+    until: UntilOpt = None,
+    checkpoint_interval: CkptOpt = 900.0,
+    restart_overhead: RestartOpt = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
+) -> None:
+    """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
+    _check_names([policy], [placement])
+    workload, clu = _inputs(trace, fmt, cluster)
+    opts = _options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
+                    restart_overhead)
+    horizon = workload.jobs[-1].submit_time_s
+    bar = SimProgress(horizon, f"{policy}/{placement}", enabled=not as_json)
+    try:
+        outcome = simulate(workload, clu, opts, bar)
+    finally:
+        bar.close()
+    written = write_run(out, outcome)
+    if as_json:
+        print_json(outcome.summary)
+        return
+    console.print(f"{len(workload)} jobs on {clu.describe()}", highlight=False)
+    console.print(_summary_table([outcome]))
+    console.print(f"wrote {', '.join(p.name for p in written)} to {out}", highlight=False)
+
+
+@app.command("compare")
+@guarded
+def compare(
+    out: Annotated[Path, typer.Option("--out", help="Folder for the comparison table and plots.")] = Path(
+        "runs/compare"),
+    trace: TraceOpt = DEFAULT_TRACE,
+    cluster: ClusterOpt = DEFAULT_CLUSTER,
+    policy: Annotated[str, typer.Option("--policy", help="Comma-separated policies.")] = "fifo,fair",
+    placement: Annotated[str, typer.Option("--placement", help="Comma-separated placements.")] = "pack",
+    fmt: FormatOpt = "auto",
+    seed: SeedOpt = 0,
+    retry: Annotated[str, typer.Option("--retry", help="Comma-separated retry policies.")] = "trace",
+    max_attempts: MaxAttemptsOpt = 3,
+    quotas: QuotaOpt = None,
+    until: UntilOpt = None,
+    checkpoint_interval: CkptOpt = 900.0,
+    restart_overhead: RestartOpt = 30.0,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
+) -> None:
+    """Run several policies (x placements x retry policies) on one workload; one table, overlaid plots."""
+    policies = [p.strip() for p in policy.split(",") if p.strip()]
+    placements = [p.strip() for p in placement.split(",") if p.strip()]
+    try:
+        retries = [RetryPolicy(r.strip()) for r in retry.split(",") if r.strip()]
+    except ValueError:
+        raise ValueError(f"--retry: choose from {', '.join(r.value for r in RetryPolicy)}") from None
+    _check_names(policies, placements)
+    workload, clu = _inputs(trace, fmt, cluster)
+    runs = []
+    for pol in policies:
+        for pl in placements:
+            for rt in retries:
+                label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "")
+                opts = _options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
+                                restart_overhead)
+                bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
+                try:
+                    runs.append(simulate(workload, clu, opts, bar, label=label))
+                finally:
+                    bar.close()
+    written = write_comparison(out, runs)
+    if as_json:
+        print_json({r.label: r.summary for r in runs})
+        return
+    console.print(f"{len(workload)} jobs on {clu.describe()}", highlight=False)
+    console.print(_summary_table(runs))
+    console.print(f"wrote {', '.join(p.name for p in written)} to {out}", highlight=False)

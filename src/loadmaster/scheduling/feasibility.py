@@ -1,0 +1,31 @@
+"""Jobs that can never run on a cluster, whatever else happens: rejected with the reason, not queued forever."""
+
+from __future__ import annotations
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import JobSpec
+
+
+def never_fits(spec: JobSpec, cluster: Cluster, learners: int | None = None) -> str | None:
+    """Why `spec` can never run on `cluster` (None if it can). Memoised per shape on the cluster."""
+    n = spec.learners if learners is None else learners
+    key = (n, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner)
+    cache = cluster.fit_cache
+    if key not in cache:
+        cache[key] = _never_fits(spec, cluster, n)
+    return cache[key]
+
+
+def _never_fits(spec: JobSpec, cluster: Cluster, n: int) -> str | None:
+    g = spec.gpus_per_learner
+    caps = cluster.gpu_capacity
+    if g > int(caps.max()):
+        return f"needs {g} GPUs per learner but the largest server has {int(caps.max())}"
+    if n * g > cluster.total_gpus:
+        return f"needs {n * g} GPUs but the cluster has {cluster.total_gpus}"
+    eligible = caps >= g
+    if spec.cpus_per_learner > float(cluster.cpu_capacity[eligible].max()):
+        return (f"needs {spec.cpus_per_learner:g} CPUs per learner but no server with {g} GPUs has that many")
+    if spec.mem_gb_per_learner > float(cluster.mem_capacity[eligible].max()):
+        return (f"needs {spec.mem_gb_per_learner:g} GB per learner but no server with {g} GPUs has that much")
+    return None

@@ -1,0 +1,87 @@
+"""The one placer interface: where a job's learners go, given what is free. Policies decide who; placers where."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from typing import ClassVar
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.core.job import Allocation
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.plan import WaitReason
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+
+class Placer(ABC):
+    name: ClassVar[str]
+
+    @abstractmethod
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+        """An allocation for `learners` learners of `job` that fits in `free`, or why there is none.
+
+        Must never return a partial gang, and must never exceed `free` in any dimension.
+        """
+
+    def cache_key(self, job: JobView, learners: int, snap: Snapshot) -> tuple[object, ...] | None:
+        """Jobs with equal keys place identically on equal free capacity (None: never cache)."""
+        s = job.spec
+        return (learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
+
+
+def learner_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
+    """How many learners of `job` each node can still take, in every dimension at once."""
+    s = job.spec
+    slots = np.full(free.gpus.shape, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    if s.gpus_per_learner > 0:
+        slots = np.minimum(slots, np.floor(free.gpus / s.gpus_per_learner + 1e-9).astype(np.int64))
+    if s.cpus_per_learner > 0:
+        slots = np.minimum(slots, np.floor(free.cpus / s.cpus_per_learner + 1e-9).astype(np.int64))
+    if s.mem_gb_per_learner > 0:
+        slots = np.minimum(slots, np.floor(free.mem / s.mem_gb_per_learner + 1e-9).astype(np.int64))
+    return slots
+
+
+def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
+    """Learners per node counting GPUs alone: tells fragmentation apart from a CPU/memory shortage."""
+    g = job.spec.gpus_per_learner
+    if g <= 0:
+        return np.full(free.gpus.shape, np.iinfo(np.int64).max // 4, dtype=np.int64)
+    return np.floor(free.gpus / g + 1e-9).astype(np.int64)
+
+
+def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
+    """Classify a failed placement: not enough GPUs at all, the wrong shape, or CPUs/memory short."""
+    need = learners * job.spec.gpus_per_learner
+    if need > free.total_gpus + 1e-9:
+        return WaitReason.NO_CAPACITY
+    gslots = np.minimum(gpu_only_slots(job, free), learners)
+    for mask in type_groups(snap, job):
+        if int(gslots[mask].sum()) >= learners:
+            return WaitReason.CPU_MEMORY
+    return WaitReason.FRAGMENTATION
+
+
+def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
+                    counts: list[int] | npt.NDArray[np.int64]) -> Allocation:
+    learner_nodes: list[int] = []
+    for n, c in zip(nodes, counts, strict=True):
+        learner_nodes.extend([int(n)] * int(c))
+    s = job.spec
+    return Allocation(
+        job_id=s.job_id,
+        learner_nodes=tuple(learner_nodes),
+        gpus_per_learner=s.gpus_per_learner,
+        cpus_per_learner=s.cpus_per_learner,
+        mem_gb_per_learner=s.mem_gb_per_learner,
+    )
+
+
+def type_groups(snap: Snapshot, job: JobView) -> list[npt.NDArray[np.bool_]]:
+    """Node masks, one per GPU type: a gang never mixes GPU types (its speed would be the slowest's)."""
+    cluster = snap.cluster
+    if job.spec.gpus_per_learner == 0 or len(cluster.gpu_types) <= 1:
+        return [np.ones(len(cluster.nodes), dtype=bool)]
+    type_ids = cluster.type_ids
+    return [type_ids == t for t in np.unique(type_ids[cluster.gpu_capacity > 0])]

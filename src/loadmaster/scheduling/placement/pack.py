@@ -1,0 +1,66 @@
+"""PACK: best fit on the fewest servers, keeping large holes open for large gangs (DLaaS's PACK)."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadmaster.core.job import Allocation
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.placement.base import (
+    Placer,
+    failure_reason,
+    learner_slots,
+    make_allocation,
+    type_groups,
+)
+from loadmaster.scheduling.plan import WaitReason
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+
+class PackPlacer(Placer):
+    name = "pack"
+
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+        slots_all = learner_slots(job, free)
+        best: tuple[int, float, list[int], list[int]] | None = None
+        for mask in type_groups(snap, job):
+            slots = np.where(mask, slots_all, 0)
+            if int(np.minimum(slots, learners).sum()) < learners:
+                continue
+            nodes, counts = _fewest_servers(slots, learners)
+            leftover = float(free.gpus[nodes].sum()) - learners * job.spec.gpus_per_learner
+            key = (len(nodes), leftover)
+            if best is None or key < (best[0], best[1]):
+                best = (len(nodes), leftover, nodes, counts)
+        if best is None:
+            return failure_reason(job, learners, free, snap)
+        return make_allocation(job, best[2], best[3])
+
+
+def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:  # type: ignore[type-arg]
+    """Fewest nodes; among those, the tightest fit (least spare capacity left on the chosen nodes)."""
+    fits_whole = np.flatnonzero(slots >= learners)
+    if fits_whole.size:
+        # Best fit: the node with the fewest spare learner slots that still takes the whole gang.
+        node = int(fits_whole[np.argmin(slots[fits_whole])])
+        return [node], [learners]
+    order = np.argsort(-slots, kind="stable")
+    nodes: list[int] = []
+    counts: list[int] = []
+    remaining = learners
+    for n in order:
+        take = int(min(slots[n], remaining))
+        if take <= 0:
+            break
+        nodes.append(int(n))
+        counts.append(take)
+        remaining -= take
+        if remaining == 0:
+            break
+    # The last node only needs `counts[-1]` slots: swap in the tightest node that has that many.
+    last_need = counts[-1]
+    used = set(nodes[:-1])
+    candidates = [int(n) for n in np.flatnonzero(slots >= last_need) if int(n) not in used]
+    if candidates:
+        nodes[-1] = min(candidates, key=lambda n: (int(slots[n]), n))
+    return nodes, counts

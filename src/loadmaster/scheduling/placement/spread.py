@@ -1,0 +1,44 @@
+"""SPREAD: one learner per server where possible, on the emptiest servers (DLaaS's SPREAD).
+
+Spreading lowers interference between learners and the blast radius of a server failure, at the cost
+of cross-server traffic and fragmentation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from loadmaster.core.job import Allocation
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.placement.base import (
+    Placer,
+    failure_reason,
+    learner_slots,
+    make_allocation,
+    type_groups,
+)
+from loadmaster.scheduling.plan import WaitReason
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+
+class SpreadPlacer(Placer):
+    name = "spread"
+
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+        slots_all = learner_slots(job, free)
+        for mask in sorted(type_groups(snap, job), key=lambda m: -float(free.gpus[m].sum())):
+            slots = np.where(mask, slots_all, 0)
+            if int(np.minimum(slots, learners).sum()) < learners:
+                continue
+            # Round-robin over the emptiest nodes: each pass puts at most one learner per node.
+            order = [int(n) for n in np.lexsort((np.arange(slots.size), -free.gpus)) if slots[n] > 0]
+            counts = dict.fromkeys(order, 0)
+            remaining = learners
+            while remaining:
+                for n in order:
+                    if remaining and counts[n] < slots[n]:
+                        counts[n] += 1
+                        remaining -= 1
+            chosen = [n for n in order if counts[n]]
+            return make_allocation(job, chosen, [counts[n] for n in chosen])
+        return failure_reason(job, learners, free, snap)

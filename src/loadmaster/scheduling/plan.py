@@ -1,0 +1,72 @@
+"""The output of decide(): actions for the shell (simulator or control loop) to carry out."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from loadmaster.core.job import Allocation
+
+
+class WaitReason(StrEnum):
+    """Why a job is still waiting after a round (Philly's split of queueing delay, and more)."""
+
+    OVER_QUOTA = "over_quota"  # the tenant is at its quota (fair-share delay)
+    NO_CAPACITY = "no_capacity"  # fewer free GPUs in the whole cluster than the gang needs
+    FRAGMENTATION = "fragmentation"  # enough free GPUs in total, not in the shape the gang needs
+    CPU_MEMORY = "cpu_memory"  # GPUs fit but CPUs or memory on those servers do not
+    LOCALITY_WAIT = "locality_wait"  # a placement exists but the job still holds out for locality
+    LOWER_PRIORITY = "lower_priority"  # free GPUs are held back for a job ranked ahead
+
+    @property
+    def delay_class(self) -> str:
+        """Philly's classes: fair-share delay, fragmentation delay, or plain lack of capacity."""
+        if self is WaitReason.OVER_QUOTA:
+            return "fair_share"
+        if self in (WaitReason.FRAGMENTATION, WaitReason.CPU_MEMORY, WaitReason.LOCALITY_WAIT):
+            return "fragmentation"
+        return "capacity"
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    job_id: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: str
+    reason: str
+    for_job: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Resize:
+    job_id: str
+    allocation: Allocation
+
+
+@dataclass(frozen=True, slots=True)
+class Reject:
+    job_id: str
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: str
+    reason: WaitReason
+
+
+@dataclass(frozen=True)
+class Plan:
+    starts: tuple[Start, ...] = ()
+    preempts: tuple[Preempt, ...] = ()
+    resizes: tuple[Resize, ...] = ()
+    rejects: tuple[Reject, ...] = ()
+    waits: tuple[Wait, ...] = field(default=())
+
+    @property
+    def empty(self) -> bool:
+        return not (self.starts or self.preempts or self.resizes or self.rejects)

@@ -1,0 +1,80 @@
+"""The one policy interface: who goes first, who may displace whom, and how much each tenant may hold."""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Sequence
+from enum import Enum
+from typing import ClassVar
+
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+
+class Admission(Enum):
+    GUARANTEED = "guaranteed"  # within the tenant's own quota
+    BORROWED = "borrowed"  # on idle GPUs lent by other tenants; may be reclaimed
+    DENIED = "denied"  # the tenant is at its limit
+
+
+class Gate:
+    """Per-tenant accounting of GPUs held during one decide() call. The default admits everything."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        self.usage: dict[str, int] = {}
+        for job in snap.running:
+            self.add(job)
+
+    def admit(self, job: JobView, gpus: int) -> Admission:
+        return Admission.GUARANTEED
+
+    def add(self, job: JobView, gpus: int | None = None) -> None:
+        """Count `gpus` (default: the job's current allocation) against its tenant."""
+        if gpus is None:
+            gpus = job.allocation.gpus if job.allocation else 0
+        t = job.spec.tenant
+        self.usage[t] = self.usage.get(t, 0) + gpus
+
+    def remove(self, job: JobView) -> None:
+        assert job.allocation is not None
+        t = job.spec.tenant
+        self.usage[t] = self.usage.get(t, 0) - job.allocation.gpus
+
+    def never_admits(self, job: JobView) -> str | None:
+        """A reason why this job can never run under the tenant's limits, or None."""
+        return None
+
+
+class Policy(ABC):
+    """Decides order and displacement; placement is left to a Placer.
+
+    rank() orders the queued jobs, best first. A preemptive policy also answers may_preempt(): whether a
+    queued job may displace a running one, and orders candidate victims with victim_key() (lowest first).
+    round_s, when set, asks the shell to call decide() at least that often while jobs wait (for policies
+    whose order changes with time alone, such as LAS or leases).
+    """
+
+    name: ClassVar[str]
+    preemptive: ClassVar[bool] = False
+    round_s: float | None = None
+
+    @abstractmethod
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        """Queued jobs in the order they should be considered."""
+
+    def gate(self, snap: Snapshot) -> Gate:
+        return Gate(snap)
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        return False
+
+    def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
+        """Lower keys are preempted first. Default: the most recently started (least work to lose)."""
+        return (-(victim.started_at or 0.0),)
+
+    def preemption_scope(self, job: JobView) -> object:
+        """Jobs of one shape and one scope have the same victims, or a subset for later-ranked ones."""
+        return None
+
+    def blocks_others(self, job: JobView) -> bool:
+        """True if a job that cannot start should hold back every job ranked after it (strict order)."""
+        return False

@@ -1,0 +1,84 @@
+"""Philly-style fair sharing: each virtual cluster (tenant) has a GPU quota; idle quota is lent to others
+and taken back by preempting borrowed jobs when the owner needs it.
+
+Order: tenants furthest below their quota first (usage / quota), FIFO within a tenant. A job that fits in
+its tenant's quota is GUARANTEED and may reclaim GPUs from tenants running over their quota; a job that
+does not is BORROWED (it runs on idle GPUs only) up to the tenant's borrowing limit.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from loadmaster.scheduling.policies.base import Admission, Gate, Policy
+from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+
+
+class QuotaGate(Gate):
+    def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota]) -> None:
+        self.quotas = quotas
+        super().__init__(snap)
+
+    def quota(self, tenant: str) -> TenantQuota:
+        # A tenant without a configured quota has none guaranteed but may borrow idle GPUs.
+        return self.quotas.get(tenant) or TenantQuota(tenant, 0, None)
+
+    def admit(self, job: JobView, gpus: int) -> Admission:
+        q = self.quota(job.spec.tenant)
+        used = self.usage.get(job.spec.tenant, 0)
+        if used + gpus <= q.gpus:
+            return Admission.GUARANTEED
+        if used + gpus <= q.max_gpus:
+            return Admission.BORROWED
+        return Admission.DENIED
+
+    def over_quota(self, tenant: str) -> bool:
+        return self.usage.get(tenant, 0) > self.quota(tenant).gpus
+
+    def never_admits(self, job: JobView) -> str | None:
+        q = self.quota(job.spec.tenant)
+        if job.spec.gpus > q.max_gpus:
+            return (f"needs {job.spec.gpus} GPUs but tenant {q.name} may hold at most {int(q.max_gpus)} "
+                    f"(quota {q.gpus} + borrowing limit {q.borrow_limit})")
+        return None
+
+
+class FairPolicy(Policy):
+    name = "fair"
+    preemptive = True
+
+    def __init__(self, quotas: Mapping[str, TenantQuota] | None = None) -> None:
+        # Quotas given here override the snapshot's (the simulator passes them in the snapshot).
+        self.quotas = dict(quotas) if quotas else None
+
+    def _quotas(self, snap: Snapshot) -> Mapping[str, TenantQuota]:
+        return self.quotas if self.quotas is not None else snap.tenants
+
+    def gate(self, snap: Snapshot) -> QuotaGate:
+        return QuotaGate(snap, self._quotas(snap))
+
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        quotas = self._quotas(snap)
+        usage: dict[str, int] = {}
+        for j in snap.running:
+            assert j.allocation is not None
+            usage[j.spec.tenant] = usage.get(j.spec.tenant, 0) + j.allocation.gpus
+
+        def share(tenant: str) -> float:
+            q = quotas.get(tenant)
+            nominal = q.gpus if q else 0
+            return usage.get(tenant, 0) / nominal if nominal > 0 else float("inf")
+
+        shares = {t: share(t) for t in {j.spec.tenant for j in snap.queued}}
+        return sorted(snap.queued, key=lambda j: (shares[j.spec.tenant], j.spec.submit_time_s, j.spec.job_id))
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        assert isinstance(gate, QuotaGate)
+        return (
+            victim.spec.tenant != job.spec.tenant
+            and gate.admit(job, job.spec.gpus) is Admission.GUARANTEED
+            and gate.over_quota(victim.spec.tenant)
+        )
+
+    def preemption_scope(self, job: JobView) -> object:
+        return job.spec.tenant

@@ -1,0 +1,117 @@
+"""The frozen input of decide(): the cluster, its free capacity, the jobs and the tenants, at one instant."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import Allocation, JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class JobView:
+    """What the scheduler may know of a job: its spec and its progress, never its future.
+
+    Progress is stored as of `as_of` and extrapolated linearly with `rate` (work-seconds per second), so a
+    running job's view need not change between events. `as_of` may lie in the future while a restarted job
+    pays its restart overhead; progress is clamped until then.
+    """
+
+    spec: JobSpec
+    queued_since: float
+    attempt: int = 1
+    allocation: Allocation | None = None
+    work_done_s: float = 0.0
+    rate: float = 0.0
+    as_of: float = 0.0
+    attained_gpu_s: float = 0.0
+    preemptions: int = 0
+    started_at: float | None = None
+
+    @property
+    def job_id(self) -> str:
+        return self.spec.job_id
+
+    @property
+    def running(self) -> bool:
+        return self.allocation is not None
+
+    def work_at(self, clock: float) -> float:
+        return self.work_done_s + self.rate * max(0.0, clock - self.as_of)
+
+    def remaining_at(self, clock: float) -> float:
+        """Expected remaining work-seconds of the current attempt (the scheduler's estimate)."""
+        return max(0.0, self.spec.duration_s - self.work_at(clock))
+
+    def attained_at(self, clock: float) -> float:
+        """GPU-seconds of service received so far (Tiresias' attained service)."""
+        if self.allocation is None:
+            return self.attained_gpu_s
+        return self.attained_gpu_s + self.allocation.gpus * max(0.0, clock - self.as_of)
+
+
+@dataclass(frozen=True, slots=True)
+class TenantQuota:
+    """A tenant's GPU quota: `gpus` is guaranteed; it may borrow idle GPUs up to `borrow_limit` more."""
+
+    name: str
+    gpus: int
+    borrow_limit: int | None = None  # None: may borrow any idle GPU
+
+    @property
+    def max_gpus(self) -> float:
+        return float("inf") if self.borrow_limit is None else self.gpus + self.borrow_limit
+
+
+def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
+    copy = np.array(a, dtype=np.float64)
+    copy.flags.writeable = False
+    return copy
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    clock: float
+    cluster: Cluster
+    free_gpus: npt.NDArray[np.float64]
+    free_cpus: npt.NDArray[np.float64]
+    free_mem: npt.NDArray[np.float64]
+    queued: tuple[JobView, ...]
+    running: tuple[JobView, ...]
+    tenants: Mapping[str, TenantQuota]
+
+    @classmethod
+    def build(
+        cls,
+        clock: float,
+        cluster: Cluster,
+        free_gpus: npt.NDArray[np.int64] | npt.NDArray[np.float64],
+        free_cpus: npt.NDArray[np.float64],
+        free_mem: npt.NDArray[np.float64],
+        queued: tuple[JobView, ...],
+        running: tuple[JobView, ...],
+        tenants: Mapping[str, TenantQuota] | None = None,
+    ) -> Snapshot:
+        """Copy the mutable inputs so that the snapshot cannot change under decide()."""
+        return cls(
+            clock=clock,
+            cluster=cluster,
+            free_gpus=_frozen(free_gpus),
+            free_cpus=_frozen(free_cpus),
+            free_mem=_frozen(free_mem),
+            queued=tuple(queued),
+            running=tuple(running),
+            tenants=MappingProxyType(dict(tenants or {})),
+        )
+
+    @classmethod
+    def idle(cls, clock: float, cluster: Cluster, queued: tuple[JobView, ...] = (),
+             tenants: Mapping[str, TenantQuota] | None = None) -> Snapshot:
+        """A snapshot of an empty cluster (tests, estimates)."""
+        return cls.build(clock, cluster, cluster.gpu_capacity, cluster.cpu_capacity, cluster.mem_capacity,
+                         queued, (), tenants)

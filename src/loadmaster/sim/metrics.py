@@ -1,0 +1,135 @@
+"""Summary statistics of a simulation: the summary.json contract and the jobs.csv rows."""
+
+from __future__ import annotations
+
+import csv
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from loadmaster.core.job import JobStatus
+from loadmaster.scheduling.plan import WaitReason
+from loadmaster.sim.records import JobRecord
+from loadmaster.sim.simulator import SimResult
+
+
+def _pct(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def _mean(values: list[float]) -> float:
+    return float(np.mean(values)) if values else 0.0
+
+
+def jain_index(values: list[float]) -> float:
+    """Jain's fairness index: 1 when all equal, 1/n when one gets everything."""
+    if not values:
+        return 1.0
+    x = np.asarray(values, dtype=float)
+    denom = len(x) * float((x * x).sum())
+    return float(x.sum() ** 2 / denom) if denom > 0 else 1.0
+
+
+def delay_classes(record: JobRecord) -> dict[str, float]:
+    """Waiting time split into Philly's classes: fair_share, fragmentation, capacity."""
+    out = {"fair_share": 0.0, "fragmentation": 0.0, "capacity": 0.0}
+    for reason, seconds in record.wait_s.items():
+        try:
+            cls = WaitReason(reason).delay_class
+        except ValueError:
+            cls = "capacity"
+        out[cls] += seconds
+    return out
+
+
+def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
+    """The summary.json keys (../shared/DESIGN.md), plus the delay split and failure accounting."""
+    records = result.records
+    status = Counter(r.status for r in records)
+    finished = [r for r in records if r.finished and r.first_start_s is not None]
+    jcts = [r.jct_s for r in finished if r.jct_s is not None]
+    completed_jcts = [r.jct_s for r in finished if r.status is JobStatus.COMPLETED and r.jct_s is not None]
+    started = [r for r in records if r.first_start_s is not None]
+    delays = [r.queue_delay_s for r in started if r.queue_delay_s is not None]
+    rhos = [r.rho for r in finished if r.rho is not None]
+    first_submit = min((r.spec.submit_time_s for r in records), default=0.0)
+    last_finish = max((r.finish_s for r in records if r.finish_s is not None), default=first_submit)
+    makespan = max(0.0, last_finish - first_submit)
+    capacity_gpu_s = result.cluster.total_gpus * max(result.end_s - first_submit, 1e-9)
+    classes = Counter[str]()
+    for r in records:
+        classes.update(delay_classes(r))
+    total_wait = sum(classes.values())
+    reasons = Counter[str]()
+    for r in records:
+        reasons.update(r.wait_s)
+    rejected = sum(1 for r in records if r.reject_reason)
+    gpu_h = sum(r.gpu_s for r in records) / 3600
+    failed_h = sum(r.gpu_s_failed for r in records) / 3600
+    jobs = len(records)
+    return {
+        "jobs": jobs,
+        "completed": status[JobStatus.COMPLETED],
+        "failed": status[JobStatus.FAILED] - rejected,
+        "cancelled": status[JobStatus.CANCELLED],
+        "rejected": rejected,
+        "unfinished": sum(1 for r in records if not r.finished),
+        "still_queued": status[JobStatus.QUEUED],
+        "still_running": status[JobStatus.PROCESSING],
+        "avg_jct_s": _mean(jcts),
+        "p50_jct_s": _pct(jcts, 50),
+        "p99_jct_s": _pct(jcts, 99),
+        "avg_jct_completed_s": _mean(completed_jcts),
+        "makespan_s": makespan,
+        "avg_queue_delay_s": _mean(delays),
+        "p50_queue_delay_s": _pct(delays, 50),
+        "p99_queue_delay_s": _pct(delays, 99),
+        "avg_total_wait_s": total_wait / jobs if jobs else 0.0,
+        "fair_share_delay_s": classes["fair_share"] / jobs if jobs else 0.0,
+        "fragmentation_delay_s": classes["fragmentation"] / jobs if jobs else 0.0,
+        "capacity_delay_s": classes["capacity"] / jobs if jobs else 0.0,
+        "fragmentation_delay_share": classes["fragmentation"] / total_wait if total_wait else 0.0,
+        "fair_share_delay_share": classes["fair_share"] / total_wait if total_wait else 0.0,
+        "wait_by_reason_s": {k: reasons[k] for k in sorted(reasons)},
+        "gpu_utilization": min(1.0, result.busy_gpu_s / capacity_gpu_s),
+        "max_rho": max(rhos, default=0.0),
+        "median_rho": _pct(rhos, 50),
+        "jain_fairness": jain_index([1.0 / r for r in rhos if r > 0]),
+        "preemptions": result.preemptions,
+        "gpu_hours": gpu_h,
+        "gpu_hours_failed_attempts": failed_h,
+        "gpu_hours_lost_to_preemption": sum(r.gpu_s_lost for r in records) / 3600,
+        "attempts": sum(r.attempts_run for r in records),
+        "decisions": result.decisions,
+        "wall_time_s": wall_time_s,
+    }
+
+
+JOB_COLUMNS = (
+    "job_id", "tenant", "user", "model", "submit_time_s", "learners", "gpus", "duration_s", "status",
+    "first_start_s", "finish_s", "jct_s", "queue_delay_s", "total_wait_s", "fair_share_delay_s",
+    "fragmentation_delay_s", "capacity_delay_s", "last_wait_reason", "attempts", "preemptions", "gpu_hours",
+    "gpu_hours_failed", "rho", "failure_categories", "reject_reason",
+)
+
+
+def _num(x: float | None) -> str:
+    return "" if x is None else f"{x:.6g}"
+
+
+def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(JOB_COLUMNS)
+        for r in records:
+            s = r.spec
+            d = delay_classes(r)
+            w.writerow([
+                s.job_id, s.tenant, s.user, s.model, _num(s.submit_time_s), s.learners, s.gpus,
+                _num(s.duration_s), r.status.value, _num(r.first_start_s), _num(r.finish_s), _num(r.jct_s),
+                _num(r.queue_delay_s), _num(r.total_wait_s), _num(d["fair_share"]), _num(d["fragmentation"]),
+                _num(d["capacity"]), r.last_wait_reason, r.attempts_run, r.preemptions, _num(r.gpu_s / 3600),
+                _num(r.gpu_s_failed / 3600), _num(r.rho), ";".join(r.failure_categories), r.reject_reason,
+            ])

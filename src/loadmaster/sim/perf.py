@@ -1,0 +1,116 @@
+"""Performance model: how fast a job runs on a given allocation, relative to its best placement alone.
+
+rate = type_speed x locality_factor x cpu_factor, in work-seconds per second (1.0 = best placement).
+
+- GPU type: from the job's own per-type throughputs when the trace has them (Gavel's table), else from
+  DEFAULT_TYPE_SPEED, normalised to the fastest type in the cluster (duration_s is on the best type).
+- Locality: a gang that spans servers pays `cross_node_slowdown` (all-reduce over the network instead of
+  NVLink/PCIe), one that spans racks `cross_rack_slowdown`, per model family (see docs/performance-model.md).
+- CPU: a learner given fewer CPUs than its request runs at (given/requested) ** cpu_sensitivity; input
+  pipelines of image models are CPU-bound (Synergy, OSDI'22), language models barely care.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import Allocation, JobSpec
+
+# Relative training throughput per GPU type, V100 = 1.0 (median over Gavel's models in
+# simulation_throughputs.json: K80 ~0.3, P100 ~0.6 of V100). Unknown types count as 1.0.
+DEFAULT_TYPE_SPEED: dict[str, float] = {"k80": 0.3, "p100": 0.6, "v100": 1.0, "t4": 0.5, "a100": 2.0}
+
+
+@dataclass(frozen=True, slots=True)
+class ModelProfile:
+    family: str
+    cross_node_slowdown: float  # fractional slowdown when the gang spans servers in one rack
+    cross_rack_slowdown: float  # ... when it spans racks
+    cpu_sensitivity: float  # exponent on the CPU shortfall ratio (0 = insensitive, 1 = linear)
+    cpus_per_gpu: float  # CPUs per GPU the family benefits from (Synergy-style profile)
+    mem_gb_per_gpu: float
+
+
+# Families and the model-name prefixes that map to them. Numbers: see docs/performance-model.md.
+PROFILES: dict[str, ModelProfile] = {
+    "image": ModelProfile("image", 0.10, 0.30, 0.9, 6.0, 48.0),
+    "language": ModelProfile("language", 0.25, 0.60, 0.15, 1.5, 24.0),
+    "recommendation": ModelProfile("recommendation", 0.30, 0.70, 0.5, 3.0, 64.0),
+    "rl": ModelProfile("rl", 0.05, 0.15, 0.7, 4.0, 16.0),
+    "generic": ModelProfile("generic", 0.15, 0.40, 0.5, 3.0, 32.0),
+}
+_PREFIXES: tuple[tuple[str, str], ...] = (
+    ("resnet", "image"),
+    ("vgg", "image"),
+    ("alexnet", "image"),
+    ("inception", "image"),
+    ("cyclegan", "image"),
+    ("mobilenet", "image"),
+    ("shufflenet", "image"),
+    ("transformer", "language"),
+    ("lm", "language"),
+    ("bert", "language"),
+    ("gpt", "language"),
+    ("lstm", "language"),
+    ("gnmt", "language"),
+    ("deepspeech", "language"),
+    ("recommendation", "recommendation"),
+    ("ncf", "recommendation"),
+    ("dlrm", "recommendation"),
+    ("a3c", "rl"),
+    ("ppo", "rl"),
+    ("dqn", "rl"),
+)
+
+
+def family_of(model: str) -> ModelProfile:
+    name = model.strip().lower()
+    for prefix, family in _PREFIXES:
+        if name.startswith(prefix):
+            return PROFILES[family]
+    return PROFILES["generic"]
+
+
+class PerformanceModel:
+    def __init__(self, cluster: Cluster, type_speed: dict[str, float] | None = None,
+                 locality: bool = True, cpu: bool = True) -> None:
+        self.cluster = cluster
+        self.type_speed = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
+        self.locality = locality
+        self.cpu = cpu
+        types = cluster.gpu_types or ("gpu",)
+        self._best_default = max(self.type_speed.get(t, 1.0) for t in types)
+        self._node_type = [n.gpu_type for n in cluster.nodes]
+        self._node_rack = cluster.rack_ids.tolist()
+
+    def type_factor(self, spec: JobSpec, gpu_type: str) -> float:
+        if spec.gpus_per_learner == 0:
+            return 1.0
+        if spec.type_speed is not None:
+            speed = spec.speed_on(gpu_type)
+            if speed is not None:
+                best = max((s for t, s in spec.type_speed if t in self.cluster.gpu_types), default=1.0)
+                return speed / best if best > 0 else 1.0
+        return self.type_speed.get(gpu_type, 1.0) / self._best_default
+
+    def locality_factor(self, spec: JobSpec, alloc: Allocation) -> float:
+        nodes = alloc.nodes
+        if not self.locality or len(nodes) <= 1:
+            return 1.0
+        profile = family_of(spec.model)
+        racks = {self._node_rack[n] for n in nodes}
+        slowdown = profile.cross_rack_slowdown if len(racks) > 1 else profile.cross_node_slowdown
+        return 1.0 / (1.0 + slowdown)
+
+    def cpu_factor(self, spec: JobSpec, alloc: Allocation) -> float:
+        if not self.cpu or spec.cpus_per_learner <= 0 or alloc.cpus_per_learner >= spec.cpus_per_learner:
+            return 1.0
+        ratio = max(alloc.cpus_per_learner, 0.0) / spec.cpus_per_learner
+        return float(max(ratio, 0.05) ** family_of(spec.model).cpu_sensitivity)
+
+    def rate(self, spec: JobSpec, alloc: Allocation) -> float:
+        """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""
+        types = {self._node_type[n] for n in alloc.nodes}
+        speed = min(self.type_factor(spec, t) for t in types)
+        return speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)

@@ -1,0 +1,79 @@
+"""PNG plots of one run or several overlaid: JCT CDF, queueing-delay CDF, GPU utilisation over time."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+import numpy as np  # noqa: E402
+
+from loadmaster.sim.simulator import SimResult  # noqa: E402
+
+# PNGs carry no timestamp, so the same run gives the same bytes.
+_PNG_META = {"Software": None}
+
+
+def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
+    if not values:
+        return
+    x = np.sort(np.asarray(values, dtype=float))
+    y = np.arange(1, x.size + 1) / x.size
+    ax.step(np.maximum(x, 1.0), y, where="post", label=label)
+
+
+def _save(fig: plt.Figure, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=100, metadata=_PNG_META)
+    plt.close(fig)
+
+
+def plot_runs(results: Mapping[str, SimResult], out: Path, prefix: str = "") -> list[Path]:
+    """Write the three plots; with several runs their curves are overlaid, one label per run."""
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, res in results.items():
+        _cdf(ax, [r.jct_s for r in res.records if r.jct_s is not None and r.first_start_s is not None], label)
+    ax.set(xscale="log", xlabel="job completion time (s)", ylabel="fraction of jobs", title="JCT CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    paths.append(out / f"{prefix}jct_cdf.png")
+    _save(fig, paths[-1])
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, res in results.items():
+        _cdf(ax, [r.queue_delay_s for r in res.records if r.queue_delay_s is not None], label)
+    ax.set(xscale="log", xlabel="queueing delay (s, values < 1 s shown at 1 s)", ylabel="fraction of jobs",
+           title="Queueing delay CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    paths.append(out / f"{prefix}queue_delay_cdf.png")
+    _save(fig, paths[-1])
+
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    for label, res in results.items():
+        t = np.asarray(res.timeline.times, dtype=float) / 3600
+        busy = np.asarray(res.timeline.busy_gpus, dtype=float) / max(res.cluster.total_gpus, 1)
+        ax.step(t, busy, where="post", label=label, linewidth=0.8)
+    ax.set(xlabel="simulated time (h)", ylabel="GPUs busy (fraction)", ylim=(0, 1.05), title="GPU utilization")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    paths.append(out / f"{prefix}gpu_utilization.png")
+    _save(fig, paths[-1])
+    return paths
+
+
+def plot_rho_cdf(results: Mapping[str, SimResult], out: Path) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, res in results.items():
+        _cdf(ax, [r.rho for r in res.records if r.rho is not None], label)
+    ax.set(xscale="log", xlabel="finish-time fairness rho", ylabel="fraction of jobs", title="rho CDF")
+    ax.grid(alpha=0.3)
+    ax.legend()
+    path = out / "rho_cdf.png"
+    _save(fig, path)
+    return path

@@ -1,0 +1,61 @@
+"""Tenant GPU quotas for a simulation: sized by each tenant's demand, or read from a quota file."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loadmaster.core.workload import Workload
+from loadmaster.scheduling.snapshot import TenantQuota
+
+
+def quotas_by_demand(workload: Workload, total_gpus: int) -> dict[str, TenantQuota]:
+    """Split the cluster's GPUs across tenants in proportion to their GPU-time demand.
+
+    Largest-remainder rounding, so the quotas add up to exactly the cluster's GPUs (Philly sized its
+    virtual clusters by what each team bought, which tracks what it uses).
+    """
+    demand: dict[str, float] = {}
+    for j in workload.jobs:
+        demand[j.tenant] = demand.get(j.tenant, 0.0) + j.gpus * (j.duration_s + sum(j.failed_attempts_s))
+    total = sum(demand.values())
+    if not demand:
+        return {}
+    if total <= 0:
+        demand = dict.fromkeys(demand, 1.0)
+        total = float(len(demand))
+    exact = {t: total_gpus * d / total for t, d in demand.items()}
+    quotas = {t: int(x) for t, x in exact.items()}
+    left = total_gpus - sum(quotas.values())
+    for t in sorted(exact, key=lambda t: (-(exact[t] - quotas[t]), t))[:left]:
+        quotas[t] += 1
+    return {t: TenantQuota(t, g, None) for t, g in sorted(quotas.items())}
+
+
+class _QuotaEntry(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpus: int = Field(ge=0, description="guaranteed GPUs")
+    borrow_limit: int | None = Field(default=None, ge=0, description="extra GPUs it may borrow; omit for any")
+
+
+class _QuotaFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    tenants: dict[str, _QuotaEntry]
+
+
+def load_quota_file(path: str | Path) -> dict[str, TenantQuota]:
+    """YAML: `tenants: {NAME: {gpus: N, borrow_limit: M}}`. Errors name the tenant and field."""
+    try:
+        data = yaml.safe_load(Path(path).read_text())
+    except (OSError, yaml.YAMLError) as exc:
+        raise ValueError(f"quota file {path}: cannot read it: {exc}") from None
+    try:
+        parsed = _QuotaFile.model_validate(data)
+    except ValidationError as exc:
+        problems = "; ".join(f"{'.'.join(str(p) for p in e['loc'])}: {e['msg']}" for e in exc.errors())
+        raise ValueError(
+            f"quota file {path}: {problems}. Expected: tenants: {{NAME: {{gpus: N, borrow_limit: M}}}}"
+        ) from None
+    return {t: TenantQuota(t, e.gpus, e.borrow_limit) for t, e in parsed.tenants.items()}

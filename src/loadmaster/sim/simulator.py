@@ -1,0 +1,322 @@
+"""The one simulator: replays a workload on a virtual clock, driving the pure decide() core.
+
+Time jumps from event to event (arrival, attempt end, round end); a running job's progress is a straight
+line between events (rate from the performance model), so nothing ticks.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import Allocation, JobStatus, check_transition
+from loadmaster.core.workload import Workload
+from loadmaster.scheduling.decide import decide
+from loadmaster.scheduling.placement.base import Placer
+from loadmaster.scheduling.plan import Plan
+from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+from loadmaster.sim.failures import AttemptPlan, FailureModel
+from loadmaster.sim.perf import PerformanceModel
+from loadmaster.sim.records import JobRecord, Timeline
+
+ProgressFn = Callable[[float, int], None]
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    checkpoint_interval_s: float = 900.0  # work lost on preemption is what ran since the last checkpoint
+    restart_overhead_s: float = 30.0  # paid each time a job (re)starts after a preemption
+    until_s: float | None = None  # stop the clock here; jobs still in the system count as unfinished
+    seed: int = 0
+
+
+@dataclass
+class SimResult:
+    cluster: Cluster
+    records: list[JobRecord]
+    timeline: Timeline
+    end_s: float
+    busy_gpu_s: float
+    preemptions: int
+    decisions: int
+    tenants: Mapping[str, TenantQuota] = field(default_factory=dict)
+
+
+@dataclass(slots=True)
+class _Live:
+    """Mutable per-job state that only the simulator sees."""
+
+    index: int
+    record: JobRecord
+    attempts: AttemptPlan
+    view: JobView
+    attempt_idx: int = 0
+    run_start: float = 0.0  # when the current run began holding GPUs
+    token: int = 0  # bumped to invalidate a stale attempt-end event
+    reason_since: float = 0.0
+    reason: str = ""
+    contention_at_submit: float = 0.0
+
+
+class Simulator:
+    def __init__(
+        self,
+        cluster: Cluster,
+        policy: Policy,
+        placer: Placer,
+        failures: FailureModel | None = None,
+        perf: PerformanceModel | None = None,
+        config: SimConfig | None = None,
+        tenants: Mapping[str, TenantQuota] | None = None,
+    ) -> None:
+        self.cluster = cluster
+        self.policy = policy
+        self.placer = placer
+        self.config = config or SimConfig()
+        self.failures = failures or FailureModel(seed=self.config.seed)
+        self.perf = perf or PerformanceModel(cluster)
+        self.tenants = dict(tenants or {})
+
+    def run(self, workload: Workload, progress: ProgressFn | None = None) -> SimResult:
+        return _Run(self, workload, progress).run()
+
+
+class _Run:
+    def __init__(self, sim: Simulator, workload: Workload, progress: ProgressFn | None) -> None:
+        self.sim = sim
+        self.cluster = sim.cluster
+        self.jobs = workload.jobs
+        self.progress = progress
+        self.free_gpus = sim.cluster.gpu_capacity.astype(np.float64)
+        self.free_cpus = sim.cluster.cpu_capacity.copy()
+        self.free_mem = sim.cluster.mem_capacity.copy()
+        self.queued: dict[str, _Live] = {}
+        self.running: dict[str, _Live] = {}
+        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
+        self.seq = 0
+        self.live: list[_Live | None] = [None] * len(self.jobs)
+        self.records: list[JobRecord] = []
+        self.timeline = Timeline()
+        self.clock = 0.0
+        self.busy = 0
+        self.busy_gpu_s = 0.0
+        self.contention_integral = 0.0  # integral over time of jobs in the system (queued + running)
+        self.preemptions = 0
+        self.decisions = 0
+        self.finished = 0
+
+    # -- time -----------------------------------------------------------------------------------
+    def advance(self, t: float) -> None:
+        dt = t - self.clock
+        if dt > 0:
+            self.busy_gpu_s += self.busy * dt
+            self.contention_integral += (len(self.queued) + len(self.running)) * dt
+            self.clock = t
+
+    def run(self) -> SimResult:
+        jobs = self.jobs
+        n = len(jobs)
+        next_arrival = 0
+        until = self.sim.config.until_s
+        round_s = self.sim.policy.round_s
+        next_round = math.inf
+        loops = 0
+        while True:
+            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
+            t_event = self.events[0][0] if self.events else math.inf
+            t = min(t_arrival, t_event, next_round if self.queued else math.inf)
+            if t == math.inf or (until is not None and t > until):
+                break
+            self.advance(t)
+            while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
+                self.arrive(next_arrival)
+                next_arrival += 1
+            while self.events and self.events[0][0] <= t:
+                _, _, idx, token = heapq.heappop(self.events)
+                live = self.live[idx]
+                if live is not None and live.token == token and live.view.job_id in self.running:
+                    self.end_attempt(live)
+            if self.queued:
+                self.apply(self.decide())
+                if round_s:
+                    next_round = t + round_s
+            self.timeline.record(t, self.busy, len(self.queued))
+            loops += 1
+            if self.progress is not None and loops % 2000 == 0:
+                self.progress(self.clock, self.finished)
+        end = self.clock if until is None else max(self.clock, until)
+        self.advance(end)
+        self.close_unfinished()
+        if self.progress is not None:
+            self.progress(self.clock, self.finished)
+        return SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
+                         self.preemptions, self.decisions, self.sim.tenants)
+
+    # -- transitions ----------------------------------------------------------------------------
+    def set_status(self, live: _Live, new: JobStatus) -> None:
+        check_transition(live.view.job_id, live.record.status, new)
+        live.record.status = new
+
+    def arrive(self, idx: int) -> None:
+        spec = self.jobs[idx]
+        record = JobRecord(spec)
+        self.records.append(record)
+        live = _Live(idx, record, self.sim.failures.plan(spec), JobView(spec, queued_since=spec.submit_time_s,
+                                                                           as_of=spec.submit_time_s))
+        live.reason_since = self.clock
+        live.contention_at_submit = self.contention_integral
+        self.live[idx] = live
+        self.queued[spec.job_id] = live
+
+    def decide(self) -> Plan:
+        self.decisions += 1
+        snap = Snapshot.build(
+            self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
+            tuple(j.view for j in self.queued.values()), tuple(j.view for j in self.running.values()),
+            self.sim.tenants,
+        )
+        return decide(snap, self.sim.policy, self.sim.placer)
+
+    def apply(self, plan: Plan) -> None:
+        for p in plan.preempts:
+            self.preempt(self.running[p.job_id])
+        for r in plan.rejects:
+            live = self.queued.pop(r.job_id)
+            live.record.reject_reason = r.reason
+            self.close_wait(live)
+            self.set_status(live, JobStatus.FAILED)
+            self.finish(live)
+        for s in plan.starts:
+            self.start(self.queued.pop(s.job_id), s.allocation)
+        for w in plan.waits:
+            live = self.queued[w.job_id]
+            if live.reason != w.reason:
+                self.close_wait(live)
+                live.reason = w.reason
+                live.record.last_wait_reason = w.reason
+
+    def close_wait(self, live: _Live) -> None:
+        """Book the time waited since the last reason change under that reason."""
+        waited = self.clock - live.reason_since
+        if waited > 0:
+            key = live.reason or "undecided"
+            live.record.wait_s[key] = live.record.wait_s.get(key, 0.0) + waited
+        live.reason_since = self.clock
+
+    def hold(self, alloc: Allocation, sign: int) -> None:
+        for node, count in alloc.per_node().items():
+            self.free_gpus[node] -= sign * count * alloc.gpus_per_learner
+            self.free_cpus[node] -= sign * count * alloc.cpus_per_learner
+            self.free_mem[node] -= sign * count * alloc.mem_gb_per_learner
+        self.busy += sign * alloc.gpus
+        if self.free_gpus.min() < -1e-9 or self.free_cpus.min() < -1e-6 or self.free_mem.min() < -1e-6:
+            raise AssertionError(f"capacity exceeded placing {alloc.job_id}: {alloc}")
+
+    def start(self, live: _Live, alloc: Allocation) -> None:
+        spec = live.view.spec
+        if alloc.learners != spec.learners and not spec.elastic:
+            raise AssertionError(f"partial gang for {spec.job_id}: {alloc.learners}/{spec.learners}")
+        self.close_wait(live)
+        live.reason = ""
+        self.set_status(live, JobStatus.PROCESSING)
+        self.hold(alloc, +1)
+        record = live.record
+        if record.first_start_s is None:
+            record.first_start_s = self.clock
+        record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
+        restarted = live.view.work_done_s > 0 or live.view.preemptions > 0
+        overhead = self.sim.config.restart_overhead_s if restarted else 0.0
+        rate = self.sim.perf.rate(spec, alloc)
+        if rate <= 0:
+            raise AssertionError(f"non-positive rate for {spec.job_id}")
+        begins = self.clock + overhead
+        live.view = JobView(spec, live.view.queued_since, live.attempt_idx + 1, alloc, live.view.work_done_s,
+                            rate, begins, live.view.attained_gpu_s, live.view.preemptions, self.clock)
+        live.run_start = self.clock
+        target = live.attempts.runtimes[live.attempt_idx]
+        end = begins + max(0.0, target - live.view.work_done_s) / rate
+        live.token += 1
+        self.seq += 1
+        heapq.heappush(self.events, (end, self.seq, live.index, live.token))
+        self.running[spec.job_id] = live
+
+    def stop_running(self, live: _Live) -> float:
+        """Release the job's GPUs; returns its work done. Books GPU time."""
+        view = live.view
+        assert view.allocation is not None
+        del self.running[view.job_id]
+        self.hold(view.allocation, -1)
+        held = self.clock - live.run_start
+        live.record.gpu_s += held * view.allocation.gpus
+        live.token += 1
+        return view.work_at(self.clock)
+
+    def requeue(self, live: _Live, work_done: float, attained: float, preemptions: int) -> None:
+        self.set_status(live, JobStatus.QUEUED)
+        live.view = JobView(live.view.spec, self.clock, live.attempt_idx + 1, None, work_done, 0.0, self.clock,
+                            attained, preemptions, None)
+        live.reason = ""
+        live.reason_since = self.clock
+        self.queued[live.view.job_id] = live
+
+    def preempt(self, live: _Live) -> None:
+        view = live.view
+        assert view.allocation is not None
+        attained = view.attained_at(self.clock)
+        work = self.stop_running(live)
+        ckpt = self.sim.config.checkpoint_interval_s
+        kept = math.floor(work / ckpt) * ckpt if ckpt > 0 else 0.0
+        live.record.gpu_s_lost += (work - kept) / max(view.rate, 1e-12) * view.allocation.gpus
+        live.record.preemptions += 1
+        self.preemptions += 1
+        self.requeue(live, kept, attained, view.preemptions + 1)
+
+    def end_attempt(self, live: _Live) -> None:
+        view = live.view
+        assert view.allocation is not None
+        attained = view.attained_at(self.clock)
+        gpus = view.allocation.gpus
+        held = self.clock - live.run_start
+        self.stop_running(live)
+        last = live.attempt_idx == live.attempts.attempts - 1
+        outcome = live.attempts.outcome if last else JobStatus.FAILED
+        if outcome is JobStatus.FAILED:
+            live.record.gpu_s_failed += held * gpus
+            cats = live.attempts.categories
+            if live.attempt_idx < len(cats):
+                live.record.failure_categories += (cats[live.attempt_idx].value,)
+        if not last:
+            live.attempt_idx += 1
+            self.requeue(live, 0.0, attained, view.preemptions)
+            return
+        self.set_status(live, outcome)
+        self.finish(live)
+
+    def finish(self, live: _Live) -> None:
+        record = live.record
+        record.finish_s = self.clock
+        life = self.clock - record.spec.submit_time_s
+        if life > 0:
+            record.contention_avg = max(1.0, (self.contention_integral - live.contention_at_submit) / life)
+        spec = record.spec
+        share = self.cluster.total_gpus / record.contention_avg
+        work = sum(live.attempts.runtimes[: live.attempt_idx + 1])
+        if record.first_start_s is None:
+            record.ideal_s = 0.0  # rejected before it ran: finish-time fairness does not apply
+        else:
+            record.ideal_s = work * max(1.0, spec.gpus / share) if spec.gpus > 0 else work
+        self.finished += 1
+        self.live[live.index] = None
+
+    def close_unfinished(self) -> None:
+        for live in list(self.running.values()):
+            work = self.stop_running(live)
+            live.view = JobView(live.view.spec, live.view.queued_since, live.view.attempt, None, work)
+        for live in self.queued.values():
+            self.close_wait(live)

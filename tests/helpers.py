@@ -1,0 +1,28 @@
+"""Small builders shared by the tests."""
+
+from __future__ import annotations
+
+from loadmaster.core.cluster import Cluster, Node
+from loadmaster.core.job import JobSpec
+from loadmaster.core.workload import LoadReport, Workload
+from loadmaster.scheduling.snapshot import JobView
+
+
+def cluster(*gpus: int, cpus: float = 32, mem: float = 256, racks: int = 1, gpu_type: str = "gpu") -> Cluster:
+    return Cluster(tuple(
+        Node(f"n{i}", g, cpus, mem, gpu_type=gpu_type, rack=f"r{i % racks}") for i, g in enumerate(gpus)
+    ))
+
+
+def job(job_id: str, learners: int = 1, gpus: int = 1, duration: float = 100.0, submit: float = 0.0,
+        tenant: str = "t", **kw: object) -> JobSpec:
+    return JobSpec(job_id=job_id, tenant=tenant, submit_time_s=submit, learners=learners,
+                   gpus_per_learner=gpus, duration_s=duration, **kw)  # type: ignore[arg-type]
+
+
+def queued(spec: JobSpec) -> JobView:
+    return JobView(spec, queued_since=spec.submit_time_s, as_of=spec.submit_time_s)
+
+
+def workload(*jobs: JobSpec) -> Workload:
+    return Workload(list(jobs), LoadReport("test"))

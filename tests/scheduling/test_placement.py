@@ -1,0 +1,55 @@
+import numpy as np
+import pytest
+
+from loadmaster.core.cluster import Cluster, Node
+from loadmaster.core.job import Allocation
+from loadmaster.scheduling import JobView, Snapshot, WaitReason, make_placer
+from loadmaster.scheduling.capacity import FreeCapacity
+from tests.helpers import cluster, job, queued
+
+
+def _place(placement: str, c: Cluster, spec_job: JobView, free_gpus: list[int] | None = None
+           ) -> Allocation | WaitReason:
+    g = c.gpu_capacity if free_gpus is None else np.array(free_gpus)
+    snap = Snapshot.build(0, c, g, c.cpu_capacity, c.mem_capacity, (spec_job,), ())
+    return make_placer(placement).place(spec_job, spec_job.spec.learners, FreeCapacity(snap), snap)
+
+
+def test_pack_uses_one_server_when_it_can_and_picks_the_tightest() -> None:
+    alloc = _place("pack", cluster(8, 8, 8), queued(job("j", learners=2, gpus=2)), [8, 5, 6])
+    assert isinstance(alloc, Allocation)
+    assert alloc.learner_nodes == (1, 1)
+
+
+def test_pack_uses_fewest_servers() -> None:
+    alloc = _place("pack", cluster(4, 4, 4, 4), queued(job("j", learners=6, gpus=1)), [1, 4, 2, 4])
+    assert isinstance(alloc, Allocation)
+    assert len(alloc.nodes) == 2 and alloc.learners == 6
+
+
+def test_spread_puts_one_learner_per_server() -> None:
+    alloc = _place("spread", cluster(4, 4, 4, 4), queued(job("j", learners=4, gpus=1)))
+    assert isinstance(alloc, Allocation)
+    assert sorted(alloc.learner_nodes) == [0, 1, 2, 3]
+
+
+def test_spread_doubles_up_only_when_it_must() -> None:
+    alloc = _place("spread", cluster(4, 4), queued(job("j", learners=3, gpus=1)))
+    assert isinstance(alloc, Allocation)
+    assert sorted(alloc.per_node().values()) == [1, 2]
+
+
+@pytest.mark.parametrize("placement", ["pack", "spread"])
+def test_gang_never_mixes_gpu_types(placement: str) -> None:
+    c = Cluster((Node("v", 2, 32, 256, "v100"), Node("k", 2, 32, 256, "k80")))
+    result = _place(placement, c, queued(job("j", learners=4, gpus=1)))
+    assert result is WaitReason.FRAGMENTATION
+    ok = _place(placement, c, queued(job("j2", learners=2, gpus=1)))
+    assert isinstance(ok, Allocation) and len({c.nodes[n].gpu_type for n in ok.nodes}) == 1
+
+
+@pytest.mark.parametrize("placement", ["pack", "spread"])
+def test_zero_gpu_jobs_place_by_cpu(placement: str) -> None:
+    c = cluster(0, 4, cpus=8)
+    alloc = _place(placement, c, queued(job("cpu", gpus=0, cpus_per_learner=6)))
+    assert isinstance(alloc, Allocation) and alloc.gpus == 0
