@@ -123,9 +123,9 @@ def test_same_seed_same_summary() -> None:
 )
 def test_every_job_is_accounted_for(raw: list[tuple[int, int, int, int, str, int, FinalStatus]], policy: str,
                                     placement: str, retry: RetryPolicy) -> None:
-    specs = [job(f"j{i}", learners=l, gpus=g, submit=float(s), duration=float(d), tenant=t,
+    specs = [job(f"j{i}", learners=n, gpus=g, submit=float(s), duration=float(d), tenant=t,
                  failed_attempts_s=(float(d) / 2,) * f, final_status=st_)
-             for i, (s, l, g, d, t, f, st_) in enumerate(raw)]
+             for i, (s, n, g, d, t, f, st_) in enumerate(raw)]
     c = cluster(4, 4, 2)
     quotas = {"A": TenantQuota("A", 6), "B": TenantQuota("B", 4)}
     res = run(c, *specs, policy=policy, placement=placement, retry=retry, tenants=quotas)

@@ -8,7 +8,7 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from loadmaster.cli.common import SimProgress, console, guarded, print_json
+from loadmaster.cli.common import SimProgress, console, err_console, guarded, print_json
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.placement import PLACERS
@@ -36,13 +36,14 @@ QuotaOpt = Annotated[Path | None, typer.Option("--quotas", help="YAML quota file
 UntilOpt = Annotated[float | None, typer.Option("--until", help="Stop the clock at this simulated second.")]
 CkptOpt = Annotated[float, typer.Option("--checkpoint-interval", min=0, help="Seconds of work between "
                                                                              "checkpoints (0: none).")]
+PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")]
 RestartOpt = Annotated[float, typer.Option("--restart-overhead", min=0, help="Seconds a restart costs.")]
 
 
 def _inputs(trace: str, fmt: str, cluster: str) -> tuple[Workload, Cluster]:
     workload = load_workload(trace, fmt)
     if workload.report.skipped or workload.report.notes:
-        console.print(f"[dim]{workload.report.summary()}[/]", highlight=False)
+        err_console.print(f"[dim]{workload.report.summary()}[/]", highlight=False)
     if not workload.jobs:
         raise ValueError(f"{trace}: the trace holds no jobs ({workload.report.summary()})")
     return workload, load_cluster(cluster)
@@ -102,6 +103,7 @@ def run(
     until: UntilOpt = None,
     checkpoint_interval: CkptOpt = 900.0,
     restart_overhead: RestartOpt = 30.0,
+    plots: PlotsOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
 ) -> None:
     """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
@@ -115,7 +117,7 @@ def run(
         outcome = simulate(workload, clu, opts, bar)
     finally:
         bar.close()
-    written = write_run(out, outcome)
+    written = write_run(out, outcome, plots)
     if as_json:
         print_json(outcome.summary)
         return
@@ -141,6 +143,7 @@ def compare(
     until: UntilOpt = None,
     checkpoint_interval: CkptOpt = 900.0,
     restart_overhead: RestartOpt = 30.0,
+    plots: PlotsOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
 ) -> None:
     """Run several policies (x placements x retry policies) on one workload; one table, overlaid plots."""
@@ -164,7 +167,7 @@ def compare(
                     runs.append(simulate(workload, clu, opts, bar, label=label))
                 finally:
                     bar.close()
-    written = write_comparison(out, runs)
+    written = write_comparison(out, runs, plots)
     if as_json:
         print_json({r.label: r.summary for r in runs})
         return

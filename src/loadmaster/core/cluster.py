@@ -83,6 +83,17 @@ class Cluster:
         return np.array([index[n.gpu_type] for n in self.nodes], dtype=np.int64)
 
     @cached_property
+    def type_masks(self) -> tuple[tuple[str, npt.NDArray[np.bool_]], ...]:
+        """(GPU type, node mask) for each type that has GPUs, in first-seen order."""
+        names = np.array([n.gpu_type for n in self.nodes])
+        has = self.gpu_capacity > 0
+        return tuple((t, (names == t) & has) for t in self.gpu_types)
+
+    @cached_property
+    def all_nodes_mask(self) -> npt.NDArray[np.bool_]:
+        return np.ones(len(self.nodes), dtype=bool)
+
+    @cached_property
     def fit_cache(self) -> dict[tuple[int, int, float, float], str | None]:
         """Memo for scheduling.feasibility: whether a job shape can ever run here (the cluster is immutable)."""
         return {}

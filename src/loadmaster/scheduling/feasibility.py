@@ -24,6 +24,11 @@ def _never_fits(spec: JobSpec, cluster: Cluster, n: int) -> str | None:
     if n * g > cluster.total_gpus:
         return f"needs {n * g} GPUs but the cluster has {cluster.total_gpus}"
     eligible = caps >= g
+    if spec.type_speed is not None and g > 0:
+        names = [node.gpu_type for node in cluster.nodes]
+        eligible &= [spec.speed_on(t) != 0 for t in names]
+        if not eligible.any():
+            return "runs on none of the cluster's GPU types (zero throughput on each)"
     if spec.cpus_per_learner > float(cluster.cpu_capacity[eligible].max()):
         return (f"needs {spec.cpus_per_learner:g} CPUs per learner but no server with {g} GPUs has that many")
     if spec.mem_gb_per_learner > float(cluster.mem_capacity[eligible].max()):

@@ -17,7 +17,6 @@ from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.failures import FailureModel, RetryPolicy
 from loadmaster.sim.metrics import summarize, write_jobs_csv
 from loadmaster.sim.perf import PerformanceModel
-from loadmaster.sim.plots import plot_rho_cdf, plot_runs
 from loadmaster.sim.quotas import quotas_by_demand
 from loadmaster.sim.simulator import ProgressFn, SimConfig, SimResult, Simulator
 
@@ -66,12 +65,17 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
     return RunOutcome(label or f"{opts.policy}/{opts.placement}", result, summary)
 
 
-def write_run(out: Path, run: RunOutcome) -> list[Path]:
+def write_run(out: Path, run: RunOutcome, plots: bool = True) -> list[Path]:
     """summary.json, jobs.csv and the plots of one run."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(run.summary, indent=2, sort_keys=True) + "\n")
     write_jobs_csv(run.result.records, out / "jobs.csv")
-    return [out / "summary.json", out / "jobs.csv", *plot_runs({run.label: run.result}, out)]
+    written = [out / "summary.json", out / "jobs.csv"]
+    if plots:
+        from loadmaster.sim.plots import plot_runs  # matplotlib costs ~0.3 s to import: only when plotting
+
+        written += plot_runs({run.label: run.result}, out)
+    return written
 
 
 COMPARE_COLUMNS = (
@@ -87,11 +91,11 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def write_comparison(out: Path, runs: list[RunOutcome]) -> list[Path]:
+def write_comparison(out: Path, runs: list[RunOutcome], plots: bool = True) -> list[Path]:
     """One table (markdown + CSV + JSON) and overlaid plots; each run also gets its own folder."""
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:
-        write_run(out / run.label.replace("/", "_"), run)
+        write_run(out / run.label.replace("/", "_"), run, plots)
     header = ["run", *COMPARE_COLUMNS]
     rows = [[run.label, *(_cell(run.summary.get(c, "")) for c in COMPARE_COLUMNS)] for run in runs]
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
@@ -101,7 +105,10 @@ def write_comparison(out: Path, runs: list[RunOutcome]) -> list[Path]:
     (out / "comparison.json").write_text(
         json.dumps({run.label: run.summary for run in runs}, indent=2, sort_keys=True) + "\n"
     )
-    results = {run.label: run.result for run in runs}
-    plots = plot_runs(results, out)
-    plots.append(plot_rho_cdf(results, out))
-    return [out / "comparison.md", out / "comparison.csv", out / "comparison.json", *plots]
+    written = [out / "comparison.md", out / "comparison.csv", out / "comparison.json"]
+    if plots:
+        from loadmaster.sim.plots import plot_rho_cdf, plot_runs
+
+        results = {run.label: run.result for run in runs}
+        written += [*plot_runs(results, out), plot_rho_cdf(results, out)]
+    return written

@@ -78,7 +78,7 @@ class FailureModel:
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
         self._transient = (transient, wt / wt.sum())
 
-    def _draw(self, pool: tuple[list[FailureCategory], np.ndarray]) -> FailureCategory:  # type: ignore[type-arg]
+    def _draw(self, pool: tuple[list[FailureCategory], np.ndarray]) -> FailureCategory:
         cats, p = pool
         return cats[int(self.rng.choice(len(cats), p=p))]
 
@@ -114,9 +114,6 @@ class FailureModel:
         assert terminal is not None
         # A job that failed for good fails on every attempt: at its recorded runtimes, cycled.
         pattern = (*failed, spec.duration_s)
-        if self.retry is RetryPolicy.CLASSIFIED and terminal.deterministic:
-            n = 1
-        else:
-            n = self.max_attempts
+        n = 1 if self.retry is RetryPolicy.CLASSIFIED and terminal.deterministic else self.max_attempts
         runtimes = tuple(pattern[i % len(pattern)] for i in range(n))
         return AttemptPlan(runtimes, (terminal,) * n, JobStatus.FAILED)

@@ -18,8 +18,8 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec
 
 # Relative training throughput per GPU type, V100 = 1.0 (median over Gavel's models in
-# simulation_throughputs.json: K80 ~0.3, P100 ~0.6 of V100). Unknown types count as 1.0.
-DEFAULT_TYPE_SPEED: dict[str, float] = {"k80": 0.3, "p100": 0.6, "v100": 1.0, "t4": 0.5, "a100": 2.0}
+# simulation_throughputs.json: K80 0.20, P100 0.76 of V100). Unknown types count as 1.0.
+DEFAULT_TYPE_SPEED: dict[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0}
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,16 +8,18 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
-import numpy as np  # noqa: E402
+import matplotlib.pyplot as plt
+import numpy as np
+from matplotlib.axes import Axes
+from matplotlib.figure import Figure
 
-from loadmaster.sim.simulator import SimResult  # noqa: E402
+from loadmaster.sim.simulator import SimResult
 
 # PNGs carry no timestamp, so the same run gives the same bytes.
 _PNG_META = {"Software": None}
 
 
-def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
+def _cdf(ax: Axes, values: list[float], label: str) -> None:
     if not values:
         return
     x = np.sort(np.asarray(values, dtype=float))
@@ -25,7 +27,7 @@ def _cdf(ax: plt.Axes, values: list[float], label: str) -> None:
     ax.step(np.maximum(x, 1.0), y, where="post", label=label)
 
 
-def _save(fig: plt.Figure, path: Path) -> None:
+def _save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata=_PNG_META)
     plt.close(fig)

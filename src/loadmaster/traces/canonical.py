@@ -41,7 +41,9 @@ REQUIRED = ("job_id", "submit_time_s", "learners", "gpus_per_learner", "duration
 
 
 def _fmt(x: float) -> str:
-    return f"{x:.6g}" if abs(x) < 1e6 else f"{x:.3f}".rstrip("0").rstrip(".")
+    """Shortest text that reads back as the same float (so a CSV round trip is exact)."""
+    text = repr(float(x))
+    return text[:-2] if text.endswith(".0") else text
 
 
 def job_to_row(job: JobSpec) -> dict[str, str]:

@@ -10,7 +10,7 @@ import numpy as np
 from loadmaster.core.workload import Workload
 
 
-def _quantiles(x: np.ndarray) -> dict[str, float]:  # type: ignore[type-arg]
+def _quantiles(x: np.ndarray) -> dict[str, float]:
     if x.size == 0:
         return {}
     q = np.percentile(x, [10, 50, 90, 99])

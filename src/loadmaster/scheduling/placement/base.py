@@ -79,9 +79,13 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
 
 
 def type_groups(snap: Snapshot, job: JobView) -> list[npt.NDArray[np.bool_]]:
-    """Node masks, one per GPU type: a gang never mixes GPU types (its speed would be the slowest's)."""
+    """Node masks, one per GPU type the job can run on: a gang never mixes GPU types (its speed would be
+    the slowest's), and a type on which the job's throughput is zero (it does not fit in memory there)
+    is never offered."""
     cluster = snap.cluster
-    if job.spec.gpus_per_learner == 0 or len(cluster.gpu_types) <= 1:
-        return [np.ones(len(cluster.nodes), dtype=bool)]
-    type_ids = cluster.type_ids
-    return [type_ids == t for t in np.unique(type_ids[cluster.gpu_capacity > 0])]
+    spec = job.spec
+    if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and spec.type_speed is None):
+        return [cluster.all_nodes_mask]
+    if spec.type_speed is None:
+        return [mask for _, mask in cluster.type_masks]
+    return [mask for t, mask in cluster.type_masks if spec.speed_on(t) != 0]

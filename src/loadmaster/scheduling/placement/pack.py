@@ -37,7 +37,7 @@ class PackPlacer(Placer):
         return make_allocation(job, best[2], best[3])
 
 
-def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:  # type: ignore[type-arg]
+def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:
     """Fewest nodes; among those, the tightest fit (least spare capacity left on the chosen nodes)."""
     fits_whole = np.flatnonzero(slots >= learners)
     if fits_whole.size:

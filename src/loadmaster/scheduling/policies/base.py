@@ -17,27 +17,20 @@ class Admission(Enum):
 
 
 class Gate:
-    """Per-tenant accounting of GPUs held during one decide() call. The default admits everything."""
+    """Per-tenant admission during one decide() call. This default admits everything and keeps no books;
+    quota-aware policies subclass it (see fair.QuotaGate)."""
 
     def __init__(self, snap: Snapshot) -> None:
-        self.usage: dict[str, int] = {}
-        for job in snap.running:
-            self.add(job)
+        self.snap = snap
 
     def admit(self, job: JobView, gpus: int) -> Admission:
         return Admission.GUARANTEED
 
     def add(self, job: JobView, gpus: int | None = None) -> None:
         """Count `gpus` (default: the job's current allocation) against its tenant."""
-        if gpus is None:
-            gpus = job.allocation.gpus if job.allocation else 0
-        t = job.spec.tenant
-        self.usage[t] = self.usage.get(t, 0) + gpus
 
     def remove(self, job: JobView) -> None:
-        assert job.allocation is not None
-        t = job.spec.tenant
-        self.usage[t] = self.usage.get(t, 0) - job.allocation.gpus
+        """Stop counting a running job's allocation (it is being preempted)."""
 
     def never_admits(self, job: JobView) -> str | None:
         """A reason why this job can never run under the tenant's limits, or None."""

@@ -16,8 +16,22 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
 class QuotaGate(Gate):
     def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota]) -> None:
-        self.quotas = quotas
         super().__init__(snap)
+        self.quotas = quotas
+        self.usage: dict[str, int] = {}
+        for job in snap.running:
+            self.add(job)
+
+    def add(self, job: JobView, gpus: int | None = None) -> None:
+        if gpus is None:
+            gpus = job.allocation.gpus if job.allocation else 0
+        t = job.spec.tenant
+        self.usage[t] = self.usage.get(t, 0) + gpus
+
+    def remove(self, job: JobView) -> None:
+        assert job.allocation is not None
+        t = job.spec.tenant
+        self.usage[t] = self.usage.get(t, 0) - job.allocation.gpus
 
     def quota(self, tenant: str) -> TenantQuota:
         # A tenant without a configured quota has none guaranteed but may borrow idle GPUs.

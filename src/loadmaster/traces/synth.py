@@ -1,0 +1,542 @@
+"""Synthetic workloads that follow a published trace's statistics (`loadmaster trace synth --like ...`).
+
+A *profile* is plain data: every distribution is a table of numbers measured from a trace or taken
+from a paper, with its source in docs/workloads.md. One generator draws jobs from any profile, so a
+new look-alike (a DLaaS-style profile, a Helios-style one) is a new `Profile(...)` value in PROFILES,
+not a copied function.
+
+The generator is vectorised with NumPy (117,000 jobs in about a second, most of it spent building
+the JobSpec objects; the draws themselves take ~0.1 s) and draws everything
+from one `numpy.random.default_rng(seed)`, in a fixed order, so the same (like, jobs, seed, load,
+cluster_gpus) always gives the same workload, byte for byte once written as CSV.
+
+How one job is drawn (each step's numbers are in the profile):
+  tenant          by the tenant's job rate
+  GPUs            from the tenant's own size mix (tenants differ a lot: some are almost all
+                  1-GPU jobs, others mostly 8-GPU gangs); sizes above one server come from a
+                  shared large-job shape
+  learners        N <= gpus_per_server: one learner of N GPUs; else N / gpus_per_server learners
+                  of a whole server each (large sizes are multiples of a server)
+  final status    Pass / Killed / Failed shares
+  duration        two lognormals: short runs (debugging, crash on start) and long training runs;
+                  the long one grows with job size and shrinks for Failed jobs; the share of short
+                  runs is solved so that the overall median hits the published median
+  attempts        how many times the job was started; every attempt but the last failed, after a
+                  runtime drawn from a measured quantile table (independent of the last attempt's
+                  runtime: in the Philly sample the two are uncorrelated)
+  user            Zipf-ranked users inside the tenant
+  model           a model family (and batch size); data-parallel families only for multi-GPU jobs;
+                  CPUs and host memory per GPU follow the family (Synergy, OSDI'22)
+  submit time     non-homogeneous Poisson process: hourly and weekday rate profile over a span set
+                  by the reference trace's job rate, or by the requested offered load
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.core.job import FinalStatus, JobSpec
+from loadmaster.core.workload import LoadReport, Workload
+
+FloatArray = npt.NDArray[np.float64]
+IntArray = npt.NDArray[np.int64]
+
+HOUR_S = 3600.0
+DAY_S = 86400.0
+
+
+@dataclass(frozen=True)
+class Lognormal:
+    """A lognormal distribution given by its median (seconds) and the sd of its log."""
+
+    median_s: float
+    sigma: float
+
+    def cdf(self, x_s: float) -> float:
+        z = (math.log(x_s) - math.log(self.median_s)) / self.sigma
+        return 0.5 * (1.0 + math.erf(z / math.sqrt(2.0)))
+
+
+@dataclass(frozen=True)
+class Tenant:
+    """A virtual cluster: how many jobs it submitted over how many days, its users and its size mix.
+
+    size_counts is aligned with Profile.size_classes, plus one last entry: jobs larger than one
+    server, whose exact size is drawn from the profile's shared large-job shape.
+    """
+
+    name: str
+    jobs: int
+    days: float
+    users: int
+    size_counts: tuple[int, ...]
+
+    @property
+    def jobs_per_day(self) -> float:
+        return self.jobs / self.days
+
+
+@dataclass(frozen=True)
+class ModelFamily:
+    """Models of one family; `name` leads the model string so the performance model finds the class.
+
+    cpus_per_gpu / mem_gb_per_gpu: what a learner of this family benefits from per GPU.
+    data_parallel: whether the family is run as a multi-GPU gang at all.
+    """
+
+    name: str
+    batch_sizes: tuple[int, ...]
+    cpus_per_gpu: float
+    mem_gb_per_gpu: float
+    data_parallel: bool
+
+    def model_names(self) -> tuple[str, ...]:
+        if not self.batch_sizes:
+            return (self.name,)
+        return tuple(f"{self.name} (batch size {b})" for b in self.batch_sizes)
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything that makes a synthetic workload look like one trace. Numbers only, no code."""
+
+    name: str
+    description: str
+    # The reference trace's volume: `jobs` jobs over `span_s` seconds sets the default arrival rate.
+    reference_jobs: int
+    reference_span_s: float
+    tenants: tuple[Tenant, ...]
+    user_zipf_s: float
+    # GPU sizes. size_classes are the sizes that fit one server; large_sizes (multiples of
+    # gpus_per_server) are drawn with large_counts for a tenant's "larger than a server" share.
+    size_classes: tuple[int, ...]
+    large_sizes: tuple[int, ...]
+    large_counts: tuple[int, ...]
+    gpus_per_server: int
+    # The server a learner must fit in: a learner never asks for more CPU or memory than this.
+    server_cpus: float
+    server_mem_gb: float
+    status_weights: tuple[tuple[FinalStatus, float], ...]
+    # Durations: mixture of `short` and `long` (long scaled by size and status factors), clipped.
+    target_median_s: float
+    short: Lognormal
+    long: Lognormal
+    long_size_factors: tuple[tuple[int, float], ...]  # (applies from this many GPUs up, factor)
+    long_status_factors: tuple[tuple[FinalStatus, float], ...]
+    min_duration_s: float
+    max_duration_s: float
+    # attempt_counts[k] jobs were started k+1 times.
+    attempt_counts: tuple[int, ...]
+    # Quantile table of failed-attempt runtimes: (probability, log10 seconds), probability 0 to 1.
+    failed_runtime_log10_quantiles: tuple[tuple[float, float], ...]
+    # Relative submission counts per hour of day (0..23) and per weekday (Monday..Sunday);
+    # time 0 of a synthetic workload is a Monday 00:00.
+    hourly_counts: tuple[int, ...]
+    weekday_counts: tuple[int, ...]
+    models: tuple[ModelFamily, ...]
+
+    def __post_init__(self) -> None:
+        problems = []
+        if not self.tenants:
+            problems.append("needs at least one tenant")
+        for t in self.tenants:
+            if len(t.size_counts) != len(self.size_classes) + 1:
+                want = len(self.size_classes) + 1
+                problems.append(f"tenant {t.name}: size_counts must have {want} entries")
+            if t.jobs <= 0 or t.days <= 0 or t.users < 1 or sum(t.size_counts) <= 0:
+                problems.append(f"tenant {t.name}: jobs, days, users and size_counts must be positive")
+        if any(s > self.gpus_per_server for s in self.size_classes):
+            problems.append("size_classes must fit one server")
+        if len(self.large_sizes) != len(self.large_counts) or not self.large_sizes:
+            problems.append("large_sizes and large_counts must be non-empty and of equal length")
+        if any(s % self.gpus_per_server for s in self.large_sizes):
+            problems.append("large_sizes must be whole servers (multiples of gpus_per_server)")
+        if len(self.hourly_counts) != 24 or len(self.weekday_counts) != 7:
+            problems.append("hourly_counts needs 24 entries and weekday_counts 7")
+        q = self.failed_runtime_log10_quantiles
+        if (len(q) < 2 or q[0][0] != 0.0 or q[-1][0] != 1.0
+                or any(b[0] <= a[0] or b[1] < a[1] for a, b in itertools.pairwise(q))):
+            problems.append("failed_runtime_log10_quantiles must run from probability 0 to 1, increasing")
+        if not any(m.data_parallel for m in self.models) or not self.models:
+            problems.append("needs models, at least one of them data-parallel")
+        if problems:
+            raise ValueError(f"profile {self.name}: " + "; ".join(problems))
+
+    @property
+    def statuses(self) -> tuple[FinalStatus, ...]:
+        return tuple(s for s, _ in self.status_weights)
+
+    def size_pmf(self) -> tuple[IntArray, FloatArray]:
+        """Overall GPUs-per-job distribution (sizes, probabilities), tenants weighted by job rate."""
+        sizes = np.array(self.size_classes + self.large_sizes, dtype=np.int64)
+        tenant_p = _normalise([t.jobs_per_day for t in self.tenants])
+        large_p = _normalise(self.large_counts)
+        pmf = np.zeros(len(sizes))
+        for tp, t in zip(tenant_p, self.tenants, strict=True):
+            mix = _normalise(t.size_counts)
+            pmf[: len(self.size_classes)] += tp * mix[:-1]
+            pmf[len(self.size_classes):] += tp * mix[-1] * large_p
+        return sizes, pmf
+
+    def size_factor(self, gpus: int) -> float:
+        """Long-run median multiplier for a job of `gpus` GPUs (the last band that applies wins)."""
+        factor = 1.0
+        for min_gpus, f in self.long_size_factors:
+            if gpus >= min_gpus:
+                factor = f
+        return factor
+
+    def status_factor(self, status: FinalStatus) -> float:
+        return dict(self.long_status_factors).get(status, 1.0)
+
+    def short_share(self) -> float:
+        """Share of short runs that puts the overall median duration at target_median_s.
+
+        With w short runs, P(D <= m) = w * F_short(m) + (1 - w) * F_long(m) = 1/2, where F_long is
+        averaged over the size and status mixes; solved for w.
+        """
+        m = self.target_median_s
+        sizes, size_p = self.size_pmf()
+        status_p = _normalise([w for _, w in self.status_weights])
+        f_long = 0.0
+        for g, pg in zip(sizes.tolist(), size_p.tolist(), strict=True):
+            for st, ps in zip(self.statuses, status_p.tolist(), strict=True):
+                factor = self.size_factor(g) * self.status_factor(st)
+                scaled = Lognormal(self.long.median_s * factor, self.long.sigma)
+                f_long += pg * ps * scaled.cdf(m)
+        f_short = self.short.cdf(m)
+        w = (0.5 - f_long) / (f_short - f_long)
+        if not 0.0 <= w <= 1.0:
+            raise ValueError(
+                f"profile {self.name}: no mix of the short and long durations has median {m} s"
+            )
+        return w
+
+
+def _normalise(values: tuple[int, ...] | tuple[float, ...] | list[float]) -> FloatArray:
+    a = np.asarray(values, dtype=np.float64)
+    out: FloatArray = a / a.sum()
+    return out
+
+
+# ---------------------------------------------------------------------------------------------
+# Philly (Jeon et al., USENIX ATC'19). Sources for every number: docs/workloads.md.
+# ---------------------------------------------------------------------------------------------
+
+# Per-VC job counts and size mix (1, 2, 4, 8, >8 GPUs) are counted in Gavel's Philly-derived
+# per-VC traces (real Philly arrival times and GPU counts). Gavel kept at most 2,000 jobs per VC,
+# so a capped VC's rate is 2,000 / days to its 2,000th job; the others span the whole 125.2-day
+# window. Users per VC: distinct users in the Philly sample job log (assumed where the VC is absent).
+_PHILLY_WINDOW_DAYS = 125.203
+_PHILLY_TENANTS = (
+    Tenant("6c71a0", 2000, 29.987, 13, (1798, 6, 41, 150, 5)),
+    Tenant("b436b2", 2000, 31.509, 12, (1632, 23, 133, 172, 40)),
+    Tenant("6214e9", 2000, 48.427, 17, (1928, 27, 32, 13, 0)),
+    Tenant("ee9e8c", 2000, 52.181, 64, (975, 47, 321, 545, 112)),
+    Tenant("11cb48", 2000, 101.843, 19, (1559, 81, 257, 23, 80)),
+    Tenant("0e4a51", 1181, _PHILLY_WINDOW_DAYS, 3, (436, 226, 451, 68, 0)),
+    Tenant("103959", 986, _PHILLY_WINDOW_DAYS, 2, (500, 40, 446, 0, 0)),
+    Tenant("7f04ca", 972, _PHILLY_WINDOW_DAYS, 6, (394, 2, 234, 311, 31)),
+    Tenant("ed69ec", 951, _PHILLY_WINDOW_DAYS, 10, (951, 0, 0, 0, 0)),
+    Tenant("e13805", 607, _PHILLY_WINDOW_DAYS, 10, (233, 5, 116, 234, 19)),
+    Tenant("2869ce", 533, _PHILLY_WINDOW_DAYS, 10, (65, 6, 11, 379, 72)),
+    Tenant("51b7ef", 18, _PHILLY_WINDOW_DAYS, 2, (3, 0, 2, 13, 0)),
+    Tenant("23dbec", 9, _PHILLY_WINDOW_DAYS, 3, (2, 0, 0, 7, 0)),
+    Tenant("925e2b", 4, _PHILLY_WINDOW_DAYS, 3, (1, 0, 0, 3, 0)),
+    Tenant("795a4c", 3, _PHILLY_WINDOW_DAYS, 3, (3, 0, 0, 0, 0)),
+)
+
+# Families and batch sizes of Gavel's Philly workloads; CPU per GPU from Synergy's measured
+# profiles, memory per GPU from Synergy's approximate scores (server: 8 GPUs, 24 CPUs, 500 GB).
+# CycleGAN, Recommendation and A3C have no Synergy profile: see docs/workloads.md for the choice.
+_GAVEL_MODELS = (
+    ModelFamily("ResNet-18", (16, 32, 64, 128, 256), 9.0, 125.0, True),
+    ModelFamily("ResNet-50", (16, 32, 64, 128), 4.0, 62.5, True),
+    ModelFamily("Transformer", (16, 32, 64, 128, 256), 1.0, 31.25, True),
+    ModelFamily("LM", (5, 10, 20, 40, 80), 1.0, 31.25, True),
+    ModelFamily("CycleGAN", (), 4.0, 62.5, False),
+    ModelFamily("Recommendation", (512, 1024, 2048, 4096, 8192), 3.0, 62.5, False),
+    ModelFamily("A3C", (), 4.0, 31.25, False),
+)
+
+PHILLY = Profile(
+    name="philly",
+    description="Microsoft Philly, 2017-08-07..2017-12-22 (Jeon et al., USENIX ATC'19)",
+    # 117,325 jobs over 137 days: the default arrival rate (856 jobs a day).
+    reference_jobs=117_325,
+    reference_span_s=137 * DAY_S,
+    tenants=_PHILLY_TENANTS,
+    # Pooled maximum-likelihood Zipf exponent of jobs per user rank over the sample's VCs.
+    user_zipf_s=1.10,
+    size_classes=(1, 2, 4, 8),
+    # Jobs above one server: the sample's and Gavel's >8-GPU jobs pooled, rounded up to whole
+    # servers (12 -> 16, 20 -> 24) as Philly's learner rule does. 128 is the trace's maximum.
+    large_sizes=(16, 24, 32, 64, 128),
+    large_counts=(526, 14, 149, 3, 3),
+    gpus_per_server=8,
+    # Synergy's server (8 GPUs, 24 CPUs, 500 GB); Philly's memory log shows ~504 GB servers.
+    server_cpus=24.0,
+    server_mem_gb=500.0,
+    # Published shares (60% passed, 9% killed, 30% failed), normalised; no size dependence sourced.
+    status_weights=((FinalStatus.PASS, 60.0), (FinalStatus.KILLED, 9.0), (FinalStatus.FAILED, 30.0)),
+    # Published median runtime of the full trace; the short-run share is solved to hit it.
+    target_median_s=15 * 60.0,
+    # Short runs: log-mean and log-sd of the sample's failed attempts that ended within an hour.
+    short=Lognormal(median_s=118.0, sigma=1.41),
+    # Long runs: maximum-likelihood lognormal of the sample's final runtimes, left-truncated at
+    # one hour (the sample holds no shorter job), with size and status as multiplicative effects.
+    long=Lognormal(median_s=43_050.0, sigma=1.47),
+    long_size_factors=((5, 1.126), (9, 1.116)),
+    long_status_factors=((FinalStatus.FAILED, 0.455),),  # Killed: absent from the sample, as Pass
+    min_duration_s=10.0,
+    max_duration_s=30 * DAY_S,  # the sample's longest run is 25.6 days
+    # Jobs started 1..5 times among the 3,034 jobs with every attempt recorded.
+    attempt_counts=(2218, 442, 180, 122, 72),
+    # Every 5% plus 97.5% and 99%: log interpolation across a wide last step would inflate the mean.
+    failed_runtime_log10_quantiles=(
+        (0.00, 0.699), (0.05, 1.580), (0.10, 1.699), (0.15, 1.778), (0.20, 1.851), (0.25, 2.024),
+        (0.30, 2.311), (0.35, 2.779), (0.40, 3.414), (0.45, 3.848), (0.50, 4.145), (0.55, 4.197),
+        (0.60, 4.370), (0.65, 4.522), (0.70, 4.642), (0.75, 4.782), (0.80, 4.936), (0.85, 5.071),
+        (0.90, 5.206), (0.95, 5.433), (0.975, 5.618), (0.99, 5.820), (1.00, 6.439),
+    ),
+    # Submissions per hour of day and per weekday in the sample job log (the log's own clock).
+    hourly_counts=(
+        196, 297, 258, 166, 203, 215, 228, 221, 211, 155, 121, 94,
+        92, 87, 86, 148, 137, 236, 252, 142, 113, 162, 201, 185,
+    ),
+    weekday_counts=(609, 683, 638, 702, 708, 398, 468),
+    models=_GAVEL_MODELS,
+)
+
+PROFILES: Mapping[str, Profile] = MappingProxyType({PHILLY.name: PHILLY})
+LIKES: tuple[str, ...] = tuple(PROFILES)
+
+
+# ---------------------------------------------------------------------------------------------
+# The generator
+# ---------------------------------------------------------------------------------------------
+
+
+def synthesize(
+    like: str,
+    jobs: int,
+    seed: int,
+    *,
+    cluster_gpus: int | None = None,
+    load: float | None = None,
+) -> Workload:
+    """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
+
+    Without `load`, jobs arrive at the reference trace's average rate (Philly: 117,325 jobs in 137
+    days), so the span grows with `jobs`. With `load` and `cluster_gpus`, the span is chosen so that
+    the offered GPU-time (every attempt, failed ones included) divided by cluster_gpus x span equals
+    `load`; the diurnal and weekly shape is kept either way.
+    """
+    profile = PROFILES.get(like)
+    if profile is None:
+        raise ValueError(f"unknown workload profile {like!r}; known: {', '.join(LIKES)}")
+    if jobs < 0:
+        raise ValueError(f"jobs must be >= 0, got {jobs}")
+    if (load is None) != (cluster_gpus is None):
+        raise ValueError("load and cluster_gpus go together: give both or neither")
+    if load is not None and not (math.isfinite(load) and load > 0):
+        raise ValueError(f"load must be a number > 0, got {load}")
+    if cluster_gpus is not None and cluster_gpus < 1:
+        raise ValueError(f"cluster_gpus must be >= 1, got {cluster_gpus}")
+    return _generate(profile, jobs, seed, cluster_gpus, load)
+
+
+def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None) -> Workload:
+    rng = np.random.default_rng(seed)
+    # The draw order below is part of the determinism contract: change it and seeds change meaning.
+    tenant_p = _normalise([t.jobs_per_day for t in profile.tenants])
+    tenant = rng.choice(len(tenant_p), size=n, p=tenant_p)
+    gpus = _draw_gpus(profile, rng, tenant)
+    status_p = _normalise([w for _, w in profile.status_weights])
+    status_idx = rng.choice(len(status_p), size=n, p=status_p)
+    duration = _draw_durations(profile, rng, gpus, status_idx)
+    attempts_p = _normalise(profile.attempt_counts)
+    attempts = rng.choice(len(attempts_p), size=n, p=attempts_p) + 1
+    failed = _draw_failed_attempts(profile, rng, attempts)
+    user_rank = _draw_user_ranks(profile, rng, tenant)
+    family, variant = _draw_models(profile, rng, gpus)
+
+    gpu_seconds = float(np.dot(gpus, duration)) + float(np.dot(np.repeat(gpus, attempts - 1), failed))
+    if load is not None and cluster_gpus is not None:
+        span = gpu_seconds / (cluster_gpus * load) if n else 0.0
+    else:
+        span = n * profile.reference_span_s / profile.reference_jobs
+    submit = _draw_arrivals(profile, rng, n, span)
+
+    workload = _build(profile, tenant, gpus, status_idx, duration, attempts, failed, user_rank, family,
+                      variant, submit, seed)
+    report = workload.report
+    report.notes.append(
+        f"span {span / DAY_S:.2f} days, {n / max(span / DAY_S, 1e-12):.0f} jobs/day on average, "
+        f"{gpu_seconds / 3600:.0f} GPU-hours offered (failed attempts included)"
+    )
+    if load is not None and cluster_gpus is not None:
+        report.notes.append(f"span chosen for offered load {load:g} on {cluster_gpus} GPUs")
+    return workload
+
+
+def _draw_gpus(profile: Profile, rng: np.random.Generator, tenant: IntArray) -> IntArray:
+    """GPUs per job from the job's tenant's size mix; 'larger than a server' from the shared shape."""
+    n = len(tenant)
+    classes = len(profile.size_classes)
+    cum = np.array([np.cumsum(_normalise(t.size_counts)) for t in profile.tenants])
+    cum[:, -1] = 1.0  # guard the last edge against rounding so every draw lands in a class
+    u = rng.random(n)
+    cls = (u[:, None] > cum[tenant]).sum(axis=1)
+    large = rng.choice(profile.large_sizes, size=n, p=_normalise(profile.large_counts))
+    small = np.array((*profile.size_classes, 0), dtype=np.int64)[np.minimum(cls, classes)]
+    return np.where(cls >= classes, large, small).astype(np.int64)
+
+
+def _draw_durations(profile: Profile, rng: np.random.Generator, gpus: IntArray,
+                    status_idx: IntArray) -> FloatArray:
+    n = len(gpus)
+    short = rng.random(n) < profile.short_share()
+    z = rng.standard_normal(n)
+    size_f = np.ones(n)
+    for min_gpus, f in profile.long_size_factors:
+        size_f = np.where(gpus >= min_gpus, f, size_f)
+    status_f = np.array([profile.status_factor(s) for s in profile.statuses])[status_idx]
+    log_long = math.log(profile.long.median_s) + np.log(size_f * status_f) + profile.long.sigma * z
+    log_short = math.log(profile.short.median_s) + profile.short.sigma * z
+    d = np.exp(np.where(short, log_short, log_long))
+    # Philly logs times to the second; whole seconds also make the CSV round trip exact.
+    return np.round(np.clip(d, profile.min_duration_s, profile.max_duration_s))
+
+
+def _draw_failed_attempts(profile: Profile, rng: np.random.Generator, attempts: IntArray) -> FloatArray:
+    """Runtimes of every failed attempt, jobs in order, attempts-1 of them per job.
+
+    Inverse-CDF sampling from the quantile table, interpolated in log space. Drawn independently
+    of the job's last attempt: in the Philly sample log(failed runtime) and log(last runtime) have
+    correlation 0.02, and scaling a ratio by the last runtime would invent a dependence (and, with
+    the ratio's wide tails, several times the real failed GPU-time).
+    """
+    table = np.asarray(profile.failed_runtime_log10_quantiles)
+    u = rng.random(int((attempts - 1).sum()))
+    runtime = np.power(10.0, np.interp(u, table[:, 0], table[:, 1]))
+    out: FloatArray = np.round(np.clip(runtime, profile.min_duration_s, profile.max_duration_s))
+    return out
+
+
+def _draw_user_ranks(profile: Profile, rng: np.random.Generator, tenant: IntArray) -> IntArray:
+    """1-based user rank inside the job's tenant, P(rank r) proportional to r ** -s (Zipf)."""
+    u = rng.random(len(tenant))
+    rank = np.ones(len(tenant), dtype=np.int64)
+    for i, t in enumerate(profile.tenants):
+        mine = tenant == i
+        cum = np.cumsum(_normalise([r ** -profile.user_zipf_s for r in range(1, t.users + 1)]))
+        rank[mine] = np.minimum(np.searchsorted(cum, u[mine], side="right"), t.users - 1) + 1
+    return rank
+
+
+def _draw_models(profile: Profile, rng: np.random.Generator, gpus: IntArray) -> tuple[IntArray, FloatArray]:
+    """Family index (uniform; data-parallel families only for multi-GPU jobs) and a variant draw."""
+    everyone = np.arange(len(profile.models))
+    parallel = np.array([i for i, m in enumerate(profile.models) if m.data_parallel], dtype=np.int64)
+    u = rng.random(len(gpus))
+    single = everyone[(u * len(everyone)).astype(np.int64)]
+    multi = parallel[(u * len(parallel)).astype(np.int64)]
+    family = np.where(gpus > 1, multi, single)
+    return family, rng.random(len(gpus))
+
+
+def _draw_arrivals(profile: Profile, rng: np.random.Generator, n: int, span: float) -> FloatArray:
+    """n arrival times of a non-homogeneous Poisson process on [0, span), sorted.
+
+    Given n arrivals, NHPP arrival times are independent with density proportional to the rate,
+    so we pick hour bins with probability rate x bin length and a uniform offset inside the bin.
+    """
+    if n == 0:
+        return np.zeros(0)
+    bins = max(1, math.ceil(span / HOUR_S))
+    start = np.arange(bins) * HOUR_S
+    length = np.minimum(HOUR_S, span - start) if span > 0 else np.ones(bins)
+    hour = _normalise(profile.hourly_counts) * 24
+    weekday = _normalise(profile.weekday_counts) * 7
+    b = np.arange(bins)
+    weight = hour[b % 24] * weekday[(b // 24) % 7] * length
+    chosen = rng.choice(bins, size=n, p=weight / weight.sum())
+    t = start[chosen] + rng.random(n) * length[chosen]
+    return np.sort(np.floor(t))
+
+
+def _build(profile: Profile, tenant: IntArray, gpus: IntArray, status_idx: IntArray, duration: FloatArray,
+           attempts: IntArray, failed: FloatArray, user_rank: IntArray, family: IntArray,
+           variant: FloatArray, submit: FloatArray, seed: int) -> Workload:
+    """Turn the arrays into JobSpecs. Arrays are iid per job, so the i-th arrival goes to job i.
+
+    Everything that can be is computed as whole columns first; the loop only assembles objects
+    (it is most of the generation time at 100k jobs).
+    """
+    n = len(gpus)
+    per_server = profile.gpus_per_server
+    learners = np.where(gpus > per_server, gpus // per_server, 1)
+    gpl = np.where(gpus > per_server, per_server, gpus)
+    cpu_per_gpu = np.array([m.cpus_per_gpu for m in profile.models])[family]
+    mem_per_gpu = np.array([m.mem_gb_per_gpu for m in profile.models])[family]
+    # A learner never asks for more than one server holds (it must fit somewhere).
+    cpus = np.minimum(cpu_per_gpu * gpl, profile.server_cpus)
+    mem = np.minimum(mem_per_gpu * gpl, profile.server_mem_gb)
+
+    # Model strings: one flat table of every family's names, indexed by family offset + variant.
+    tables = [m.model_names() for m in profile.models]
+    model_table = [name for names in tables for name in names]
+    count = np.array([len(names) for names in tables])
+    first = np.concatenate(([0], np.cumsum(count)[:-1]))
+    model_idx = first[family] + np.minimum((variant * count[family]).astype(np.int64), count[family] - 1)
+
+    # User strings: one flat table, each tenant's users in rank order, indexed by offset + rank - 1.
+    user_table = [f"{t.name}-u{r:02d}" for t in profile.tenants for r in range(1, t.users + 1)]
+    user_first = np.concatenate(([0], np.cumsum([t.users for t in profile.tenants])[:-1]))
+    tenant_names = [t.name for t in profile.tenants]
+    statuses = profile.statuses
+    width = max(6, len(str(n)))
+    ids = [f"{profile.name}-{i:0{width}d}" for i in range(n)]
+    tenants = [tenant_names[t] for t in tenant.tolist()]
+    users = [user_table[i] for i in (user_first[tenant] + user_rank - 1).tolist()]
+    models = [model_table[i] for i in model_idx.tolist()]
+    status_list = [statuses[i] for i in status_idx.tolist()]
+    # Most jobs ran once: share one empty tuple and slice only the retried jobs' failed runs.
+    failed_list = failed.tolist()
+    retried = np.flatnonzero(attempts > 1)
+    ends = np.cumsum(attempts - 1)[retried]
+    failed_runs: list[tuple[float, ...]] = [()] * n
+    for i, end, k in zip(retried.tolist(), ends.tolist(), (attempts[retried] - 1).tolist(), strict=True):
+        failed_runs[i] = tuple(failed_list[end - k:end])
+
+    jobs = [
+        JobSpec(
+            job_id=job_id,
+            tenant=tname,
+            user=user,
+            submit_time_s=sub,
+            learners=ln,
+            gpus_per_learner=g,
+            cpus_per_learner=c,
+            mem_gb_per_learner=mg,
+            duration_s=d,
+            model=model,
+            final_status=st,
+            failed_attempts_s=fr,
+        )
+        for job_id, tname, user, sub, ln, g, c, mg, d, model, st, fr in zip(
+            ids, tenants, users, submit.tolist(), learners.tolist(), gpl.tolist(), cpus.tolist(),
+            mem.tolist(), duration.tolist(), models, status_list, failed_runs, strict=True,
+        )
+    ]
+    report = LoadReport(source=f"synth:{profile.name} jobs={n} seed={seed}", read=n)
+    report.notes.append(f"synthetic, like {profile.description}")
+    return Workload(jobs, report)
