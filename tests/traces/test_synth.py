@@ -172,13 +172,21 @@ def test_every_job_valid_and_resources_follow_the_model(philly20k: Workload) -> 
         assert isinstance(j, JobSpec)
         family = families[j.model.split(" (")[0]]
         assert j.gpus == 1 or family.data_parallel
-        assert j.cpus_per_learner == min(family.cpus_per_gpu * j.gpus_per_learner, PHILLY.server_cpus)
-        assert j.mem_gb_per_learner == min(family.mem_gb_per_gpu * j.gpus_per_learner, PHILLY.server_mem_gb)
+        # Philly-like jobs make no separate CPU/memory request unless asked to (see synthesize()).
+        assert j.cpus_per_learner == 0 and j.mem_gb_per_learner == 0
         assert j.priority == 0
         assert j.attempts == len(j.failed_attempts_s) + 1
         assert all(PHILLY.min_duration_s <= a <= PHILLY.max_duration_s for a in j.failed_attempts_s)
     # image models ask for more CPU per GPU than language models (Synergy)
     assert families["ResNet-18"].cpus_per_gpu > families["Transformer"].cpus_per_gpu
+
+
+def test_cpu_demands_follow_the_model_family_profile() -> None:
+    families = {m.name: m for m in PHILLY.models}
+    for j in synthesize("philly", 2000, 3, cpu_demands=True).jobs:
+        family = families[j.model.split(" (")[0]]
+        assert j.cpus_per_learner == min(family.cpus_per_gpu * j.gpus_per_learner, PHILLY.server_cpus)
+        assert j.mem_gb_per_learner == min(family.mem_gb_per_gpu * j.gpus_per_learner, PHILLY.server_mem_gb)
 
 
 def test_offered_load_hits_the_target() -> None:

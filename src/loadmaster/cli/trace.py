@@ -65,13 +65,16 @@ def synth(
                                                                         "--cluster-gpus).")] = None,
     cluster_gpus: Annotated[int | None, typer.Option("--cluster-gpus", min=1, help="GPUs the load "
                                                                                    "refers to.")] = None,
+    cpu_demands: Annotated[bool, typer.Option("--cpu-demands", help="Give each learner the CPU and memory "
+                                              "request of its model family's profile (default: none, as "
+                                              "in Philly).")] = False,
 ) -> None:
     """Write a synthetic workload in the canonical CSV, following a published trace's statistics."""
     if like not in LIKES:
         raise ValueError(f"--like: unknown profile {like!r}; choose from {', '.join(LIKES)}")
     if (load is None) != (cluster_gpus is None):
         raise ValueError("--load and --cluster-gpus go together: give both or neither")
-    workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load)
+    workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(workload.jobs, out)
     console.print(f"wrote {n} jobs like {like} (seed {seed}) to {out}", highlight=False)

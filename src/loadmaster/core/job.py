@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 
 
@@ -123,8 +123,12 @@ class JobSpec:
     min_learners: int | None = None
     max_learners: int | None = None
     type_speed: tuple[tuple[str, float], ...] | None = None
+    # GPU types this job cannot run on (zero throughput there: e.g. it does not fit in memory).
+    excluded_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
+        excluded = tuple(t for t, s in self.type_speed or () if s <= 0)
+        object.__setattr__(self, "excluded_types", excluded)
         problems = []
         if not self.job_id:
             problems.append("job_id is empty")

@@ -12,7 +12,7 @@ from loadmaster.scheduling.snapshot import Snapshot
 class FreeCapacity:
     """Mutable copies of the snapshot's free arrays. take() and give() move whole allocations only."""
 
-    __slots__ = ("cpus", "gpus", "mem", "total_gpus", "version")
+    __slots__ = ("_max_gpus", "cpus", "gpus", "mem", "total_gpus", "version")
 
     def __init__(self, snap: Snapshot) -> None:
         self.gpus: npt.NDArray[np.float64] = snap.free_gpus.copy()
@@ -21,8 +21,17 @@ class FreeCapacity:
         self.total_gpus = float(self.gpus.sum())
         # Bumped whenever capacity grows, so cached "does not fit" answers can be dropped.
         self.version = 0
+        self._max_gpus: float | None = None
+
+    @property
+    def max_node_gpus(self) -> float:
+        """The most free GPUs on any one node (a learner needing more fits nowhere)."""
+        if self._max_gpus is None:
+            self._max_gpus = float(self.gpus.max()) if self.gpus.size else 0.0
+        return self._max_gpus
 
     def _apply(self, alloc: Allocation, sign: float) -> None:
+        self._max_gpus = None
         for node, count in alloc.per_node().items():
             self.gpus[node] += sign * count * alloc.gpus_per_learner
             self.cpus[node] += sign * count * alloc.cpus_per_learner

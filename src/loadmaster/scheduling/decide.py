@@ -1,9 +1,9 @@
 """decide(Snapshot) -> Plan: the one scheduling core, shared by the simulator and the control loop.
 
 It walks the policy's ranking, asks the placer for a whole-gang allocation on the tentative free
-capacity, and, for preemptive policies, releases the policy's victims one at a time until the gang fits;
-victims whose servers the new gang does not use are kept running. Every job it does not start gets a
-Wait with a reason. It reads nothing but the snapshot: no clock, database or process.
+capacity, and, for preemptive policies, releases the policy's victims until the gang fits; victims whose
+servers the new gang does not use are kept running. Every job it does not start gets a Wait with a
+reason. It reads nothing but the snapshot: no clock, database or process.
 """
 
 from __future__ import annotations
@@ -13,10 +13,20 @@ from dataclasses import dataclass
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.feasibility import never_fits
-from loadmaster.scheduling.placement.base import Placer
+from loadmaster.scheduling.placement.base import Placer, failure_reason
 from loadmaster.scheduling.plan import Plan, Preempt, Reject, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+Shape = tuple[object, ...]
+_MEMO_LIMIT = 32
+
+
+def _dominates(big: Shape, small: Shape) -> bool:
+    """True if `big` needs at least what `small` needs in every dimension, with at least its exclusions."""
+    *bn, bx = big
+    *sn, sx = small
+    return all(b >= s for b, s in zip(bn, sn, strict=True)) and set(bx) >= set(sx)  # type: ignore[operator]
 
 
 @dataclass
@@ -32,24 +42,37 @@ class _Round:
         self.preempts: list[Preempt] = []
         self.preempted: set[str] = set()
         self.victims: list[JobView] | None = None
-        # (shape, scope) -> (capacity version, reason): a shape that did not fit still does not fit
-        # until capacity grows, so a long queue of similar jobs costs one placement attempt.
-        self.no_fit: dict[tuple[object, ...], tuple[int, WaitReason]] = {}
-        self.no_preempt: dict[tuple[object, ...], int] = {}
+        # Shapes that did not fit at a capacity version: capacity only shrinks until the version changes,
+        # so they (and any shape at least as large) still do not fit. A long queue costs few placements.
+        self.no_fit: list[tuple[Shape, WaitReason]] = []
+        self.no_fit_version = 0
+        self.no_preempt: dict[Shape, int] = {}
+
+    def _memo(self) -> list[tuple[Shape, WaitReason]]:
+        if self.no_fit_version != self.free.version:
+            self.no_fit = []
+            self.no_fit_version = self.free.version
+        return self.no_fit
 
     def place(self, job: JobView) -> Allocation | WaitReason:
-        learners = job.spec.learners
-        need = learners * job.spec.gpus_per_learner
-        if need > self.free.total_gpus + 1e-9:
+        spec = job.spec
+        learners = spec.learners
+        if learners * spec.gpus_per_learner > self.free.total_gpus + 1e-9:
             return WaitReason.NO_CAPACITY
+        if spec.gpus_per_learner > self.free.max_node_gpus + 1e-9:
+            return WaitReason.FRAGMENTATION
         key = self.placer.cache_key(job, learners, self.snap)
         if key is not None:
-            hit = self.no_fit.get(key)
-            if hit is not None and hit[0] == self.free.version:
-                return hit[1]
+            for shape, reason in self._memo():
+                if shape == key or _dominates(key, shape):
+                    if reason is WaitReason.CPU_MEMORY and shape != key:
+                        return failure_reason(job, learners, self.free, self.snap)
+                    return reason
         result = self.placer.place(job, learners, self.free, self.snap)
         if isinstance(result, WaitReason) and key is not None:
-            self.no_fit[key] = (self.free.version, result)
+            memo = self._memo()
+            if len(memo) < _MEMO_LIMIT:
+                memo.append((key, result))
         return result
 
     def victim_list(self) -> list[JobView]:
@@ -58,22 +81,34 @@ class _Round:
         return self.victims
 
     def place_by_preempting(self, job: JobView, reason: WaitReason) -> Allocation | WaitReason:
+        """Release victims until the gang fits. Placement is tried only once enough GPUs are free, then
+        again each time the released set doubles, so a big cluster costs O(log victims) attempts."""
         shape = self.placer.cache_key(job, job.spec.learners, self.snap)
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
+        need = job.spec.gpus
         released: list[JobView] = []
         alloc: Allocation | WaitReason = reason
-        for victim in self.victim_list():
-            if victim.job_id in self.preempted or not self.policy.may_preempt(self.snap, self.gate, job, victim):
+        tried_with = 0  # how many victims were released at the last placement attempt
+        if not self.policy.preemptor(self.snap, self.gate, job):
+            return reason
+        for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
+            if victim.job_id in self.preempted:
                 continue
             assert victim.allocation is not None
             self.free.give(victim.allocation, grow=False)
             self.gate.remove(victim)
             released.append(victim)
+            if self.free.total_gpus + 1e-9 < need or len(released) < 2 * tried_with:
+                continue
+            tried_with = len(released)
             alloc = self.placer.place(job, job.spec.learners, self.free, self.snap)
             if isinstance(alloc, Allocation):
                 break
+        if (not isinstance(alloc, Allocation) and tried_with < len(released)
+                and self.free.total_gpus + 1e-9 >= need):
+            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap)
         if not isinstance(alloc, Allocation):
             for victim in reversed(released):
                 assert victim.allocation is not None
@@ -82,16 +117,19 @@ class _Round:
             if key is not None:
                 self.no_preempt[key] = self.free.version
             return reason
-        used = alloc.nodes
-        for victim in released:
+        # Keep every released victim that still fits beside the new gang (least valuable victims were
+        # released first, so the most valuable ones are tried first here).
+        self.free.take(alloc)
+        for victim in reversed(released):
             assert victim.allocation is not None
-            if used.isdisjoint(victim.allocation.nodes):
-                self.free.take(victim.allocation)  # not needed after all: keeps running
+            try:
+                self.free.take(victim.allocation)
                 self.gate.add(victim)
-            else:
+            except ValueError:
                 self.preempted.add(victim.job_id)
                 self.preempts.append(Preempt(victim.job_id, f"preempted by {self.policy.name} for {job.job_id}",
                                              for_job=job.job_id))
+        self.free.give(alloc, grow=False)
         self.free.version += 1
         return alloc
 
@@ -102,11 +140,13 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
     rejects: list[Reject] = []
     waits: list[Wait] = []
     blocked = False
+    cluster = snap.cluster
+    preemptive = policy.preemptive
     for job in policy.rank(snap):
         if blocked:
             waits.append(Wait(job.job_id, WaitReason.LOWER_PRIORITY))
             continue
-        why_never = never_fits(job.spec, snap.cluster) or rnd.gate.never_admits(job)
+        why_never = never_fits(job.spec, cluster) or rnd.gate.never_admits(job)
         if why_never:
             rejects.append(Reject(job.job_id, why_never))
             continue
@@ -114,7 +154,7 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
             waits.append(Wait(job.job_id, WaitReason.OVER_QUOTA))
             continue
         result = rnd.place(job)
-        if isinstance(result, WaitReason) and policy.preemptive and result is not WaitReason.LOCALITY_WAIT:
+        if isinstance(result, WaitReason) and preemptive and result is not WaitReason.LOCALITY_WAIT:
             result = rnd.place_by_preempting(job, result)
         if isinstance(result, Allocation):
             rnd.free.take(result)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from types import MappingProxyType
 
 import numpy as np
@@ -84,6 +85,15 @@ class Snapshot:
     queued: tuple[JobView, ...]
     running: tuple[JobView, ...]
     tenants: Mapping[str, TenantQuota]
+    tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
+
+    @cached_property
+    def running_by_tenant(self) -> Mapping[str, tuple[JobView, ...]]:
+        """Running jobs grouped by tenant (computed on first use unless the shell passed it to build)."""
+        groups: dict[str, list[JobView]] = {}
+        for job in self.running:
+            groups.setdefault(job.spec.tenant, []).append(job)
+        return MappingProxyType({t: tuple(js) for t, js in groups.items()})
 
     @classmethod
     def build(
@@ -96,9 +106,21 @@ class Snapshot:
         queued: tuple[JobView, ...],
         running: tuple[JobView, ...],
         tenants: Mapping[str, TenantQuota] | None = None,
+        tenant_gpus: Mapping[str, int] | None = None,
+        running_by_tenant: Mapping[str, tuple[JobView, ...]] | None = None,
     ) -> Snapshot:
-        """Copy the mutable inputs so that the snapshot cannot change under decide()."""
-        return cls(
+        """Copy the mutable inputs so that the snapshot cannot change under decide().
+
+        tenant_gpus and running_by_tenant may be passed by a shell that keeps them up to date
+        incrementally; they must agree with `running` (they are derived from it when omitted).
+        """
+        if tenant_gpus is None:
+            usage: dict[str, int] = {}
+            for job in running:
+                if job.allocation is not None:
+                    usage[job.spec.tenant] = usage.get(job.spec.tenant, 0) + job.allocation.gpus
+            tenant_gpus = usage
+        snap = cls(
             clock=clock,
             cluster=cluster,
             free_gpus=_frozen(free_gpus),
@@ -107,7 +129,12 @@ class Snapshot:
             queued=tuple(queued),
             running=tuple(running),
             tenants=MappingProxyType(dict(tenants or {})),
+            tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
         )
+        if running_by_tenant is not None:
+            snap.__dict__["running_by_tenant"] = MappingProxyType({t: js for t, js in running_by_tenant.items()
+                                                                   if js})
+        return snap
 
     @classmethod
     def idle(cls, clock: float, cluster: Cluster, queued: tuple[JobView, ...] = (),

@@ -73,14 +73,14 @@ class FailureModel:
         self.rng = np.random.default_rng(seed)
         cats = list(PHILLY_FAILURE_WEIGHTS)
         w = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in cats], dtype=float)
-        self._all = (cats, w / w.sum())
+        self._all = (cats, np.cumsum(w / w.sum()))
         transient = [c for c in cats if not c.deterministic]
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
-        self._transient = (transient, wt / wt.sum())
+        self._transient = (transient, np.cumsum(wt / wt.sum()))
 
     def _draw(self, pool: tuple[list[FailureCategory], np.ndarray]) -> FailureCategory:
-        cats, p = pool
-        return cats[int(self.rng.choice(len(cats), p=p))]
+        cats, cumulative = pool
+        return cats[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(cats) - 1)]
 
     def plan(self, spec: JobSpec) -> AttemptPlan:
         """The attempts this job makes under the retry policy. Call once per job, in submit order."""

@@ -98,6 +98,11 @@ class _Run:
         self.free_mem = sim.cluster.mem_capacity.copy()
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
+        # The views decide() sees, kept beside the live state so a snapshot is two C-level copies.
+        self.queued_views: dict[str, JobView] = {}
+        self.running_views: dict[str, JobView] = {}
+        self.tenant_gpus: dict[str, int] = {}
+        self.tenant_running: dict[str, dict[str, JobView]] = {}
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
         self.seq = 0
         self.live: list[_Live | None] = [None] * len(self.jobs)
@@ -172,14 +177,22 @@ class _Run:
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
-        self.queued[spec.job_id] = live
+        self.enqueue(live)
+
+    def enqueue(self, live: _Live) -> None:
+        self.queued[live.view.job_id] = live
+        self.queued_views[live.view.job_id] = live.view
+
+    def dequeue(self, job_id: str) -> _Live:
+        del self.queued_views[job_id]
+        return self.queued.pop(job_id)
 
     def decide(self) -> Plan:
         self.decisions += 1
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
-            tuple(j.view for j in self.queued.values()), tuple(j.view for j in self.running.values()),
-            self.sim.tenants,
+            tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
+            self.tenant_gpus, {t: tuple(views.values()) for t, views in self.tenant_running.items()},
         )
         return decide(snap, self.sim.policy, self.sim.placer)
 
@@ -187,13 +200,13 @@ class _Run:
         for p in plan.preempts:
             self.preempt(self.running[p.job_id])
         for r in plan.rejects:
-            live = self.queued.pop(r.job_id)
+            live = self.dequeue(r.job_id)
             live.record.reject_reason = r.reason
             self.close_wait(live)
             self.set_status(live, JobStatus.FAILED)
             self.finish(live)
         for s in plan.starts:
-            self.start(self.queued.pop(s.job_id), s.allocation)
+            self.start(self.dequeue(s.job_id), s.allocation)
         for w in plan.waits:
             live = self.queued[w.job_id]
             if live.reason != w.reason:
@@ -210,13 +223,14 @@ class _Run:
         live.reason_since = self.clock
 
     def hold(self, alloc: Allocation, sign: int) -> None:
+        """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative."""
         for node, count in alloc.per_node().items():
             self.free_gpus[node] -= sign * count * alloc.gpus_per_learner
             self.free_cpus[node] -= sign * count * alloc.cpus_per_learner
             self.free_mem[node] -= sign * count * alloc.mem_gb_per_learner
+            if self.free_gpus[node] < -1e-9 or self.free_cpus[node] < -1e-6 or self.free_mem[node] < -1e-6:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         self.busy += sign * alloc.gpus
-        if self.free_gpus.min() < -1e-9 or self.free_cpus.min() < -1e-6 or self.free_mem.min() < -1e-6:
-            raise AssertionError(f"capacity exceeded placing {alloc.job_id}: {alloc}")
 
     def start(self, live: _Live, alloc: Allocation) -> None:
         spec = live.view.spec
@@ -245,12 +259,18 @@ class _Run:
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, live.index, live.token))
         self.running[spec.job_id] = live
+        self.running_views[spec.job_id] = live.view
+        self.tenant_gpus[spec.tenant] = self.tenant_gpus.get(spec.tenant, 0) + alloc.gpus
+        self.tenant_running.setdefault(spec.tenant, {})[spec.job_id] = live.view
 
     def stop_running(self, live: _Live) -> float:
         """Release the job's GPUs; returns its work done. Books GPU time."""
         view = live.view
         assert view.allocation is not None
         del self.running[view.job_id]
+        del self.running_views[view.job_id]
+        self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
+        del self.tenant_running[view.spec.tenant][view.job_id]
         self.hold(view.allocation, -1)
         held = self.clock - live.run_start
         live.record.gpu_s += held * view.allocation.gpus
@@ -263,7 +283,7 @@ class _Run:
                             attained, preemptions, None)
         live.reason = ""
         live.reason_since = self.clock
-        self.queued[live.view.job_id] = live
+        self.enqueue(live)
 
     def preempt(self, live: _Live) -> None:
         view = live.view

@@ -331,8 +331,15 @@ def synthesize(
     *,
     cluster_gpus: int | None = None,
     load: float | None = None,
+    cpu_demands: bool = False,
 ) -> Workload:
     """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
+
+    cpu_demands=False (the default) leaves cpus_per_learner and mem_gb_per_learner at 0: Philly's trace
+    records neither and its scheduler handed out CPUs and memory with the GPUs, so a Philly-like job makes
+    no separate CPU or memory request. cpu_demands=True makes every learner request what its model family
+    benefits from (Synergy's profiles), for CPU/memory-aware experiments; on Philly's own servers (3
+    CPUs per GPU) many such jobs then wait for CPUs while GPUs sit idle.
 
     Without `load`, jobs arrive at the reference trace's average rate (Philly: 117,325 jobs in 137
     days), so the span grows with `jobs`. With `load` and `cluster_gpus`, the span is chosen so that
@@ -350,10 +357,11 @@ def synthesize(
         raise ValueError(f"load must be a number > 0, got {load}")
     if cluster_gpus is not None and cluster_gpus < 1:
         raise ValueError(f"cluster_gpus must be >= 1, got {cluster_gpus}")
-    return _generate(profile, jobs, seed, cluster_gpus, load)
+    return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands)
 
 
-def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None) -> Workload:
+def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None,
+              cpu_demands: bool = False) -> Workload:
     rng = np.random.default_rng(seed)
     # The draw order below is part of the determinism contract: change it and seeds change meaning.
     tenant_p = _normalise([t.jobs_per_day for t in profile.tenants])
@@ -376,7 +384,7 @@ def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, loa
     submit = _draw_arrivals(profile, rng, n, span)
 
     workload = _build(profile, tenant, gpus, status_idx, duration, attempts, failed, user_rank, family,
-                      variant, submit, seed)
+                      variant, submit, seed, cpu_demands)
     report = workload.report
     report.notes.append(
         f"span {span / DAY_S:.2f} days, {n / max(span / DAY_S, 1e-12):.0f} jobs/day on average, "
@@ -475,7 +483,7 @@ def _draw_arrivals(profile: Profile, rng: np.random.Generator, n: int, span: flo
 
 def _build(profile: Profile, tenant: IntArray, gpus: IntArray, status_idx: IntArray, duration: FloatArray,
            attempts: IntArray, failed: FloatArray, user_rank: IntArray, family: IntArray,
-           variant: FloatArray, submit: FloatArray, seed: int) -> Workload:
+           variant: FloatArray, submit: FloatArray, seed: int, cpu_demands: bool = False) -> Workload:
     """Turn the arrays into JobSpecs. Arrays are iid per job, so the i-th arrival goes to job i.
 
     Everything that can be is computed as whole columns first; the loop only assembles objects
@@ -490,6 +498,9 @@ def _build(profile: Profile, tenant: IntArray, gpus: IntArray, status_idx: IntAr
     # A learner never asks for more than one server holds (it must fit somewhere).
     cpus = np.minimum(cpu_per_gpu * gpl, profile.server_cpus)
     mem = np.minimum(mem_per_gpu * gpl, profile.server_mem_gb)
+    if not cpu_demands:
+        cpus = np.zeros_like(cpus)
+        mem = np.zeros_like(mem)
 
     # Model strings: one flat table of every family's names, indexed by family offset + variant.
     tables = [m.model_names() for m in profile.models]

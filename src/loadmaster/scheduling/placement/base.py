@@ -25,30 +25,56 @@ class Placer(ABC):
         """
 
     def cache_key(self, job: JobView, learners: int, snap: Snapshot) -> tuple[object, ...] | None:
-        """Jobs with equal keys place identically on equal free capacity (None: never cache)."""
+        """Jobs with equal keys place identically on equal free capacity (None: never cache).
+
+        The key is (learners, gpus, cpus, memory per learner, excluded GPU types); decide() also treats a
+        key that is at least as large in every number, with at least the same exclusions, as not fitting
+        once a smaller one did not.
+        """
         s = job.spec
-        return (learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
+        return (learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner, s.excluded_types)
+
+
+_UNBOUNDED = 1 << 40
 
 
 def learner_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
     """How many learners of `job` each node can still take, in every dimension at once."""
     s = job.spec
-    slots = np.full(free.gpus.shape, np.iinfo(np.int64).max // 4, dtype=np.int64)
-    if s.gpus_per_learner > 0:
-        slots = np.minimum(slots, np.floor(free.gpus / s.gpus_per_learner + 1e-9).astype(np.int64))
-    if s.cpus_per_learner > 0:
-        slots = np.minimum(slots, np.floor(free.cpus / s.cpus_per_learner + 1e-9).astype(np.int64))
-    if s.mem_gb_per_learner > 0:
-        slots = np.minimum(slots, np.floor(free.mem / s.mem_gb_per_learner + 1e-9).astype(np.int64))
-    return slots
+    slots: npt.NDArray[np.float64] | None = None
+    for amount, per in ((free.gpus, s.gpus_per_learner), (free.cpus, s.cpus_per_learner),
+                        (free.mem, s.mem_gb_per_learner)):
+        if per > 0:
+            k = np.floor_divide(amount + 1e-6, per)
+            slots = k if slots is None else np.minimum(slots, k, out=slots)
+    if slots is None:
+        return np.full(free.gpus.shape, _UNBOUNDED, dtype=np.int64)
+    return slots.astype(np.int64)
+
+
+def whole_gang_nodes(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> npt.NDArray[np.bool_]:
+    """Nodes that can take all `learners` at once (the cheap first question every placer asks)."""
+    s = job.spec
+    mask: npt.NDArray[np.bool_] | None = None
+    for amount, per in ((free.gpus, s.gpus_per_learner), (free.cpus, s.cpus_per_learner),
+                        (free.mem, s.mem_gb_per_learner)):
+        if per > 0:
+            ok = amount >= learners * per - 1e-6
+            mask = ok if mask is None else np.logical_and(mask, ok, out=mask)
+    if mask is None:
+        mask = snap.cluster.all_nodes_mask.copy()
+    for t, type_mask in snap.cluster.type_masks:
+        if t in s.excluded_types:
+            mask &= ~type_mask
+    return mask
 
 
 def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
     """Learners per node counting GPUs alone: tells fragmentation apart from a CPU/memory shortage."""
     g = job.spec.gpus_per_learner
     if g <= 0:
-        return np.full(free.gpus.shape, np.iinfo(np.int64).max // 4, dtype=np.int64)
-    return np.floor(free.gpus / g + 1e-9).astype(np.int64)
+        return np.full(free.gpus.shape, _UNBOUNDED, dtype=np.int64)
+    return np.floor_divide(free.gpus + 1e-6, g).astype(np.int64)
 
 
 def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
@@ -84,8 +110,6 @@ def type_groups(snap: Snapshot, job: JobView) -> list[npt.NDArray[np.bool_]]:
     is never offered."""
     cluster = snap.cluster
     spec = job.spec
-    if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and spec.type_speed is None):
+    if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and not spec.excluded_types):
         return [cluster.all_nodes_mask]
-    if spec.type_speed is None:
-        return [mask for _, mask in cluster.type_masks]
-    return [mask for t, mask in cluster.type_masks if spec.speed_on(t) != 0]
+    return [mask for t, mask in cluster.type_masks if t not in spec.excluded_types]

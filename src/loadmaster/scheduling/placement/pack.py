@@ -12,6 +12,7 @@ from loadmaster.scheduling.placement.base import (
     learner_slots,
     make_allocation,
     type_groups,
+    whole_gang_nodes,
 )
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -21,6 +22,11 @@ class PackPlacer(Placer):
     name = "pack"
 
     def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+        whole = whole_gang_nodes(job, learners, free, snap)
+        if whole.any():
+            # One server takes the whole gang: the tightest one (fewest free GPUs left), lowest index on ties.
+            node = int(np.argmin(np.where(whole, free.gpus, np.inf)))
+            return make_allocation(job, [node], [learners])
         slots_all = learner_slots(job, free)
         best: tuple[int, float, list[int], list[int]] | None = None
         for mask in type_groups(snap, job):
@@ -38,12 +44,7 @@ class PackPlacer(Placer):
 
 
 def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:
-    """Fewest nodes; among those, the tightest fit (least spare capacity left on the chosen nodes)."""
-    fits_whole = np.flatnonzero(slots >= learners)
-    if fits_whole.size:
-        # Best fit: the node with the fewest spare learner slots that still takes the whole gang.
-        node = int(fits_whole[np.argmin(slots[fits_whole])])
-        return [node], [learners]
+    """Several nodes, as few as possible: fullest-capacity first, then the tightest node for the rest."""
     order = np.argsort(-slots, kind="stable")
     nodes: list[int] = []
     counts: list[int] = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from enum import Enum
 from typing import ClassVar
 
@@ -59,6 +59,17 @@ class Policy(ABC):
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         return False
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        """Cheap pre-check: may this job displace anyone at all? (Skips the victim scan when not.)"""
+        return self.preemptive
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        """The running jobs `job` may displace, cheapest first. `victims()` gives every running job sorted
+        by victim_key (computed once a round, on first call); the iterable is consumed lazily while victims
+        are released, so may_preempt sees the gate as it changes."""
+        return (v for v in victims() if self.may_preempt(snap, gate, job, v))
 
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
         """Lower keys are preempted first. Default: the most recently started (least work to lose)."""

@@ -8,7 +8,8 @@ does not is BORROWED (it runs on idle GPUs only) up to the tenant's borrowing li
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
@@ -18,9 +19,8 @@ class QuotaGate(Gate):
     def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota]) -> None:
         super().__init__(snap)
         self.quotas = quotas
-        self.usage: dict[str, int] = {}
-        for job in snap.running:
-            self.add(job)
+        self.usage: dict[str, int] = dict(snap.tenant_gpus)
+        self._victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
 
     def add(self, job: JobView, gpus: int | None = None) -> None:
         if gpus is None:
@@ -45,6 +45,14 @@ class QuotaGate(Gate):
         if used + gpus <= q.max_gpus:
             return Admission.BORROWED
         return Admission.DENIED
+
+    def victims_of(self, tenant: str, key: Callable[[JobView], tuple[float, ...]]
+                   ) -> list[tuple[tuple[float, ...], JobView]]:
+        """A tenant's running jobs in victim order (sorted once a round, on first use)."""
+        if tenant not in self._victims:
+            jobs = self.snap.running_by_tenant.get(tenant, ())
+            self._victims[tenant] = sorted(((key(j), j) for j in jobs), key=lambda kv: kv[0])
+        return self._victims[tenant]
 
     def over_quota(self, tenant: str) -> bool:
         return self.usage.get(tenant, 0) > self.quota(tenant).gpus
@@ -73,10 +81,7 @@ class FairPolicy(Policy):
 
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
         quotas = self._quotas(snap)
-        usage: dict[str, int] = {}
-        for j in snap.running:
-            assert j.allocation is not None
-            usage[j.spec.tenant] = usage.get(j.spec.tenant, 0) + j.allocation.gpus
+        usage = snap.tenant_gpus
 
         def share(tenant: str) -> float:
             q = quotas.get(tenant)
@@ -93,6 +98,25 @@ class FairPolicy(Policy):
             and gate.admit(job, job.spec.gpus) is Admission.GUARANTEED
             and gate.over_quota(victim.spec.tenant)
         )
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        return gate.admit(job, job.spec.gpus) is Admission.GUARANTEED
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        # Only tenants over their quota can lose jobs: walk just their jobs, merged in victim order.
+        assert isinstance(gate, QuotaGate)
+        def key(v: JobView) -> tuple[float, ...]:
+            return self.victim_key(snap, v)
+
+        lists = [gate.victims_of(t, key) for t in list(gate.usage) if t != job.spec.tenant and gate.over_quota(t)]
+        return self._still_eligible(snap, gate, job, heapq.merge(*lists, key=lambda kv: kv[0]))
+
+    def _still_eligible(self, snap: Snapshot, gate: Gate, job: JobView,
+                        ranked: Iterator[tuple[tuple[float, ...], JobView]]) -> Iterator[JobView]:
+        for _, victim in ranked:
+            if self.may_preempt(snap, gate, job, victim):
+                yield victim
 
     def preemption_scope(self, job: JobView) -> object:
         return job.spec.tenant
