@@ -23,10 +23,17 @@ _MEMO_LIMIT = 32
 
 
 def _dominates(big: Shape, small: Shape) -> bool:
-    """True if `big` needs at least what `small` needs in every dimension, with at least its exclusions."""
-    *bn, bx = big
-    *sn, sx = small
-    return all(b >= s for b, s in zip(bn, sn, strict=True)) and set(bx) >= set(sx)  # type: ignore[operator]
+    """True if `big` needs at least what `small` needs in every number, with at least its exclusions.
+
+    Shapes are placer cache keys: numbers first, the tuple of excluded GPU types last.
+    """
+    if len(big) != len(small):
+        return False
+    for b, s in zip(big[:-1], small[:-1], strict=True):
+        if not (isinstance(b, int | float) and isinstance(s, int | float) and b >= s):
+            return False
+    bx, sx = big[-1], small[-1]
+    return isinstance(bx, tuple) and isinstance(sx, tuple) and set(bx) >= set(sx)
 
 
 @dataclass
