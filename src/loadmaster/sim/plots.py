@@ -10,6 +10,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 import numpy as np
+import numpy.typing as npt
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
 
@@ -31,6 +32,19 @@ def _save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=100, metadata=_PNG_META)
     plt.close(fig)
+
+
+def _binned_utilization(res: SimResult, bins: int = 1000) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Time-weighted busy fraction in at most `bins` equal intervals (a long run has 10^5+ changes)."""
+    times = np.asarray(res.timeline.times, dtype=float)
+    busy = np.asarray(res.timeline.busy_gpus, dtype=float) / max(res.cluster.total_gpus, 1)
+    if times.size <= bins:
+        return times, busy
+    # Integral of the step function busy(t), evaluated at the bin edges, differenced per bin.
+    area = np.concatenate(([0.0], np.cumsum(busy[:-1] * np.diff(times))))
+    edges = np.linspace(times[0], times[-1], bins + 1)
+    at_edges = np.interp(edges, times, area)
+    return edges[:-1], np.diff(at_edges) / np.diff(edges)
 
 
 def plot_runs(results: Mapping[str, SimResult], out: Path, prefix: str = "") -> list[Path]:
@@ -58,9 +72,8 @@ def plot_runs(results: Mapping[str, SimResult], out: Path, prefix: str = "") -> 
 
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for label, res in results.items():
-        t = np.asarray(res.timeline.times, dtype=float) / 3600
-        busy = np.asarray(res.timeline.busy_gpus, dtype=float) / max(res.cluster.total_gpus, 1)
-        ax.step(t, busy, where="post", label=label, linewidth=0.8)
+        t, busy = _binned_utilization(res)
+        ax.step(t / 3600, busy, where="post", label=label, linewidth=0.8)
     ax.set(xlabel="simulated time (h)", ylabel="GPUs busy (fraction)", ylim=(0, 1.05), title="GPU utilization")
     ax.grid(alpha=0.3)
     ax.legend()

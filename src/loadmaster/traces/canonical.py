@@ -12,7 +12,6 @@ Optional columns loadmaster adds so that a round trip loses nothing:
 from __future__ import annotations
 
 import csv
-import io
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -160,20 +159,62 @@ def _row_to_job(path: str, line: int, row: dict[str, str]) -> JobSpec:
         raise TraceFormatError(path, line, None, str(exc)) from None
 
 
+def _fast_row(idx: dict[str, int], row: list[str]) -> JobSpec:
+    """The common case, a well-formed row, without per-field bookkeeping; any surprise raises and the
+    caller re-reads the row with _row_to_job, which names the field."""
+
+    def col(name: str, default: str = "") -> str:
+        i = idx.get(name)
+        return default if i is None or row[i] == "" else row[i]
+
+    duration = float(row[idx["duration_s"]])
+    attempts = int(col("attempts", "1"))
+    failed_text = col("failed_attempts_s")
+    failed = tuple(float(t) for t in failed_text.split(";")) if failed_text else (duration,) * (attempts - 1)
+    if len(failed) != attempts - 1 or col("type_speed") or col("min_learners") or col("max_learners"):
+        raise ValueError("not the common case")
+    return JobSpec(
+        job_id=row[idx["job_id"]].strip(),
+        tenant=col("tenant", "default").strip(),
+        user=col("user").strip(),
+        submit_time_s=float(row[idx["submit_time_s"]]),
+        learners=int(row[idx["learners"]]),
+        gpus_per_learner=int(row[idx["gpus_per_learner"]]),
+        cpus_per_learner=float(col("cpus_per_learner", "0")),
+        mem_gb_per_learner=float(col("mem_gb_per_learner", "0")),
+        duration_s=duration,
+        model=col("model").strip(),
+        priority=int(col("priority", "0")),
+        final_status=FinalStatus(col("final_status", "Pass").strip()),
+        failed_attempts_s=failed,
+    )
+
+
 def read_csv(path: str | Path) -> Workload:
     """Read a canonical CSV. A malformed row raises TraceFormatError naming line and field."""
     name = str(path)
     report = LoadReport(source=name)
     with open(path, newline="") as f:
-        text = f.read()
-    reader = csv.DictReader(io.StringIO(text))
-    header = reader.fieldnames or []
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise TraceFormatError(name, 1, missing[0], f"header lacks required column(s) {missing}; "
-                               f"the canonical columns are {', '.join(CONTRACT_COLUMNS)}")
-    jobs = []
-    for row in reader:
-        report.read += 1
-        jobs.append(_row_to_job(name, reader.line_num, row))
+        reader = csv.reader(f)
+        header = [h.strip() for h in next(reader, [])]
+        missing = [c for c in REQUIRED if c not in header]
+        if missing:
+            raise TraceFormatError(name, 1, missing[0], f"header lacks required column(s) {missing}; "
+                                   f"the canonical columns are {', '.join(CONTRACT_COLUMNS)}")
+        idx = {h: i for i, h in enumerate(header)}
+        jobs = []
+        for row in reader:
+            if not row:
+                continue
+            report.read += 1
+            try:
+                if len(row) != len(header):
+                    raise ValueError("irregular row")
+                jobs.append(_fast_row(idx, row))
+            except ValueError:
+                fields = dict(zip(header, row, strict=False))
+                if len(row) != len(header):
+                    raise TraceFormatError(name, reader.line_num, None,
+                                           f"has {len(row)} fields, the header has {len(header)}") from None
+                jobs.append(_row_to_job(name, reader.line_num, fields))
     return Workload(jobs, report)
