@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -89,7 +89,10 @@ class Snapshot:
 
     @cached_property
     def running_by_tenant(self) -> Mapping[str, tuple[JobView, ...]]:
-        """Running jobs grouped by tenant (computed on first use unless the shell passed it to build)."""
+        """Running jobs grouped by tenant (computed on first use, by the shell's provider if it gave one)."""
+        provider = self.__dict__.get("_running_by_tenant_provider")
+        if provider is not None:
+            return MappingProxyType({t: js for t, js in provider().items() if js})
         groups: dict[str, list[JobView]] = {}
         for job in self.running:
             groups.setdefault(job.spec.tenant, []).append(job)
@@ -107,12 +110,14 @@ class Snapshot:
         running: tuple[JobView, ...],
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
-        running_by_tenant: Mapping[str, tuple[JobView, ...]] | None = None,
+        running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
         tenant_gpus and running_by_tenant may be passed by a shell that keeps them up to date
         incrementally; they must agree with `running` (they are derived from it when omitted).
+        running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
+        that never asks costs nothing; the shell must not change its state while decide() runs.
         """
         if tenant_gpus is None:
             usage: dict[str, int] = {}
@@ -132,8 +137,7 @@ class Snapshot:
             tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
         )
         if running_by_tenant is not None:
-            snap.__dict__["running_by_tenant"] = MappingProxyType({t: js for t, js in running_by_tenant.items()
-                                                                   if js})
+            snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
         return snap
 
     @classmethod

@@ -25,6 +25,10 @@ def _cdf(ax: Axes, values: list[float], label: str) -> None:
         return
     x = np.sort(np.asarray(values, dtype=float))
     y = np.arange(1, x.size + 1) / x.size
+    if x.size > 2000:
+        # 2,000 evenly spaced ranks draw the same curve as 10^5 points, in a fraction of the time.
+        pick = np.unique(np.linspace(0, x.size - 1, 2000).astype(np.int64))
+        x, y = x[pick], y[pick]
     ax.step(np.maximum(x, 1.0), y, where="post", label=label)
 
 

@@ -192,9 +192,12 @@ class _Run:
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
             tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
-            self.tenant_gpus, {t: tuple(views.values()) for t, views in self.tenant_running.items()},
+            self.tenant_gpus, self.running_by_tenant,
         )
         return decide(snap, self.sim.policy, self.sim.placer)
+
+    def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:
+        return {t: tuple(views.values()) for t, views in self.tenant_running.items()}
 
     def apply(self, plan: Plan) -> None:
         for p in plan.preempts:
