@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 
 import matplotlib
@@ -51,48 +51,42 @@ def _binned_utilization(res: SimResult, bins: int = 1000) -> tuple[npt.NDArray[n
     return edges[:-1], np.diff(at_edges) / np.diff(edges)
 
 
+def _finish(ax: Axes, fig: Figure, path: Path) -> Path:
+    ax.grid(alpha=0.3)
+    ax.legend()
+    _save(fig, path)
+    return path
+
+
+def _cdf_figure(results: Mapping[str, SimResult], values: Callable[[SimResult], list[float]], path: Path,
+                xlabel: str, title: str) -> Path:
+    fig, ax = plt.subplots(figsize=(6, 4))
+    for label, res in results.items():
+        _cdf(ax, values(res), label)
+    ax.set(xscale="log", xlabel=xlabel, ylabel="fraction of jobs", title=title)
+    return _finish(ax, fig, path)
+
+
 def plot_runs(results: Mapping[str, SimResult], out: Path, prefix: str = "") -> list[Path]:
     """Write the three plots; with several runs their curves are overlaid, one label per run."""
     out.mkdir(parents=True, exist_ok=True)
-    paths = []
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, res in results.items():
-        _cdf(ax, [r.jct_s for r in res.records if r.jct_s is not None and r.first_start_s is not None], label)
-    ax.set(xscale="log", xlabel="job completion time (s)", ylabel="fraction of jobs", title="JCT CDF")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    paths.append(out / f"{prefix}jct_cdf.png")
-    _save(fig, paths[-1])
-
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, res in results.items():
-        _cdf(ax, [r.queue_delay_s for r in res.records if r.queue_delay_s is not None], label)
-    ax.set(xscale="log", xlabel="queueing delay (s, values < 1 s shown at 1 s)", ylabel="fraction of jobs",
-           title="Queueing delay CDF")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    paths.append(out / f"{prefix}queue_delay_cdf.png")
-    _save(fig, paths[-1])
-
+    paths = [
+        _cdf_figure(results, lambda res: [r.jct_s for r in res.records
+                                          if r.jct_s is not None and r.first_start_s is not None],
+                    out / f"{prefix}jct_cdf.png", "job completion time (s)", "JCT CDF"),
+        _cdf_figure(results, lambda res: [r.queue_delay_s for r in res.records if r.queue_delay_s is not None],
+                    out / f"{prefix}queue_delay_cdf.png", "queueing delay (s, values < 1 s shown at 1 s)",
+                    "Queueing delay CDF"),
+    ]
     fig, ax = plt.subplots(figsize=(8, 3.5))
     for label, res in results.items():
         t, busy = _binned_utilization(res)
         ax.step(t / 3600, busy, where="post", label=label, linewidth=0.8)
     ax.set(xlabel="simulated time (h)", ylabel="GPUs busy (fraction)", ylim=(0, 1.05), title="GPU utilization")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    paths.append(out / f"{prefix}gpu_utilization.png")
-    _save(fig, paths[-1])
+    paths.append(_finish(ax, fig, out / f"{prefix}gpu_utilization.png"))
     return paths
 
 
 def plot_rho_cdf(results: Mapping[str, SimResult], out: Path) -> Path:
-    fig, ax = plt.subplots(figsize=(6, 4))
-    for label, res in results.items():
-        _cdf(ax, [r.rho for r in res.records if r.rho is not None], label)
-    ax.set(xscale="log", xlabel="finish-time fairness rho", ylabel="fraction of jobs", title="rho CDF")
-    ax.grid(alpha=0.3)
-    ax.legend()
-    path = out / "rho_cdf.png"
-    _save(fig, path)
-    return path
+    return _cdf_figure(results, lambda res: [r.rho for r in res.records if r.rho is not None],
+                       out / "rho_cdf.png", "finish-time fairness rho", "rho CDF")

@@ -9,6 +9,7 @@ Pod list mapping (times in seconds; docs/traces.md has the measured counts):
 from __future__ import annotations
 
 import csv
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
@@ -58,22 +59,29 @@ def load(path: str | Path) -> Workload:
     report = LoadReport(source=name)
     stats = _Stats()
     pods: list[_Pod] = []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        columns = _header(name, next(reader, []), POD_COLUMNS)
-        for row in reader:
-            if not row:
-                continue
-            report.read += 1
-            if len(row) != len(columns):
-                raise TraceFormatError(name, reader.line_num, None,
-                                       f"expected {len(columns)} comma-separated fields, got {len(row)}")
-            pod = _parse_pod(name, reader.line_num, dict(zip(columns, row, strict=True)), report, stats)
-            if pod is not None:
-                pods.append(pod)
+    for line, row in _records(path, POD_COLUMNS):
+        report.read += 1
+        pod = _parse_pod(name, line, row, report, stats)
+        if pod is not None:
+            pods.append(pod)
     _add_notes(report, stats)
     t0 = min((p.created for p in pods), default=0.0)
     return Workload([_to_spec(p, t0) for p in pods], report)
+
+
+def _records(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
+    """(line number, row as a dict) for each non-empty row; a short or long row is an error."""
+    name = str(path)
+    with open(path, newline="") as f:
+        reader = csv.reader(f)
+        columns = _header(name, next(reader, []), required)
+        for row in reader:
+            if not row:
+                continue
+            if len(row) != len(columns):
+                raise TraceFormatError(name, reader.line_num, None,
+                                       f"expected {len(columns)} comma-separated fields, got {len(row)}")
+            yield reader.line_num, dict(zip(columns, row, strict=True))
 
 
 def _header(path: str, header: list[str], required: tuple[str, ...]) -> list[str]:
@@ -188,16 +196,8 @@ def load_node_list(path: str | Path) -> Cluster:
     """
     name = str(path)
     nodes: list[Node] = []
-    with open(path, newline="") as f:
-        reader = csv.reader(f)
-        columns = _header(name, next(reader, []), NODE_COLUMNS)
-        for row in reader:
-            if not row:
-                continue
-            if len(row) != len(columns):
-                raise TraceFormatError(name, reader.line_num, None,
-                                       f"expected {len(columns)} comma-separated fields, got {len(row)}")
-            nodes.append(_node(name, reader.line_num, dict(zip(columns, row, strict=True))))
+    for line, row in _records(path, NODE_COLUMNS):
+        nodes.append(_node(name, line, row))
     if not nodes:
         raise TraceFormatError(name, None, None, "the node list has no nodes")
     skus = [(n.name, f"{n.gpus}x{n.gpu_type}-{n.cpus:g}cpu-{n.mem_gb:g}gb") for n in nodes]
