@@ -53,3 +53,18 @@ def test_zero_gpu_jobs_place_by_cpu(placement: str) -> None:
     c = cluster(0, 4, cpus=8)
     alloc = _place(placement, c, queued(job("cpu", gpus=0, cpus_per_learner=6)))
     assert isinstance(alloc, Allocation) and alloc.gpus == 0
+
+
+@pytest.mark.parametrize("placement", ["pack", "spread"])
+def test_type_preference_is_followed_in_order(placement: str) -> None:
+    c = Cluster((Node("k", 4, 32, 256, "k80"), Node("v", 4, 32, 256, "v100"), Node("p", 4, 32, 256, "p100")))
+    j = queued(job("j", learners=2, gpus=1))
+    snap = Snapshot.build(0, c, c.gpu_capacity, c.cpu_capacity, c.mem_capacity, (j,), ())
+    placer = make_placer(placement)
+    alloc = placer.place(j, 2, FreeCapacity(snap), snap, prefer=("v100", "p100"))
+    assert isinstance(alloc, Allocation) and alloc.nodes == {1}
+    busy_v = Snapshot.build(0, c, np.array([4, 0, 4]), c.cpu_capacity, c.mem_capacity, (j,), ())
+    alloc = placer.place(j, 2, FreeCapacity(busy_v), busy_v, prefer=("v100", "p100"))
+    assert isinstance(alloc, Allocation) and alloc.nodes == {2}
+    only_v = placer.place(j, 2, FreeCapacity(busy_v), busy_v, prefer=("v100",))
+    assert isinstance(only_v, WaitReason)

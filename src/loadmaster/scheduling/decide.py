@@ -68,14 +68,17 @@ class _Round:
             return WaitReason.NO_CAPACITY
         if spec.gpus_per_learner > self.free.max_node_gpus + 1e-9:
             return WaitReason.FRAGMENTATION
+        prefer = self.policy.type_preference(self.snap, job)
         key = self.placer.cache_key(job, learners, self.snap)
+        if key is not None and prefer is not None:
+            key = (*key[:-1], (key[-1], tuple(prefer)))
         if key is not None:
             for shape, reason in self._memo():
                 if shape == key or _dominates(key, shape):
                     if reason is WaitReason.CPU_MEMORY and shape != key:
                         return failure_reason(job, learners, self.free, self.snap)
                     return reason
-        result = self.placer.place(job, learners, self.free, self.snap)
+        result = self.placer.place(job, learners, self.free, self.snap, prefer)
         if isinstance(result, WaitReason) and key is not None:
             memo = self._memo()
             if len(memo) < _MEMO_LIMIT:
@@ -95,6 +98,7 @@ class _Round:
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
         need = job.spec.gpus
+        prefer = self.policy.type_preference(self.snap, job)
         released: list[JobView] = []
         alloc: Allocation | WaitReason = reason
         tried_with = 0  # how many victims were released at the last placement attempt
@@ -110,12 +114,12 @@ class _Round:
             if self.free.total_gpus + 1e-9 < need or len(released) < 2 * tried_with:
                 continue
             tried_with = len(released)
-            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap)
+            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap, prefer)
             if isinstance(alloc, Allocation):
                 break
         if (not isinstance(alloc, Allocation) and tried_with < len(released)
                 and self.free.total_gpus + 1e-9 >= need):
-            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap)
+            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap, prefer)
         if not isinstance(alloc, Allocation):
             for victim in reversed(released):
                 assert victim.allocation is not None

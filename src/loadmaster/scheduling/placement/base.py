@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -18,10 +19,13 @@ class Placer(ABC):
     name: ClassVar[str]
 
     @abstractmethod
-    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
+              prefer: Sequence[str] | None = None) -> Allocation | WaitReason:
         """An allocation for `learners` learners of `job` that fits in `free`, or why there is none.
 
-        Must never return a partial gang, and must never exceed `free` in any dimension.
+        Must never return a partial gang, and must never exceed `free` in any dimension. `prefer`, when a
+        heterogeneity-aware policy gives it, lists GPU types best first: the placer must use the first
+        type in that order on which the gang fits (types not listed are not used).
         """
 
     def cache_key(self, job: JobView, learners: int, snap: Snapshot) -> tuple[object, ...] | None:
@@ -104,12 +108,16 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
     )
 
 
-def type_groups(snap: Snapshot, job: JobView) -> list[npt.NDArray[np.bool_]]:
+def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = None
+                ) -> list[npt.NDArray[np.bool_]]:
     """Node masks, one per GPU type the job can run on: a gang never mixes GPU types (its speed would be
     the slowest's), and a type on which the job's throughput is zero (it does not fit in memory there)
-    is never offered."""
+    is never offered. With `prefer`, only those types, in that order."""
     cluster = snap.cluster
     spec = job.spec
+    if prefer is not None and spec.gpus_per_learner > 0:
+        masks = dict(cluster.type_masks)
+        return [masks[t] for t in prefer if t in masks and t not in spec.excluded_types]
     if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and not spec.excluded_types):
         return [cluster.all_nodes_mask]
     return [mask for t, mask in cluster.type_masks if t not in spec.excluded_types]

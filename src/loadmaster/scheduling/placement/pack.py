@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
@@ -21,16 +24,31 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 class PackPlacer(Placer):
     name = "pack"
 
-    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
+              prefer: Sequence[str] | None = None) -> Allocation | WaitReason:
+        if prefer is not None:
+            for mask in type_groups(snap, job, prefer):
+                alloc = self._within(job, learners, free, snap, mask)
+                if alloc is not None:
+                    return alloc
+            return failure_reason(job, learners, free, snap)
+        alloc = self._within(job, learners, free, snap, None)
+        return alloc if alloc is not None else failure_reason(job, learners, free, snap)
+
+    def _within(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
+                mask: npt.NDArray[np.bool_] | None) -> Allocation | None:
+        """Best placement on the nodes of `mask` (None: any type, the best over all types)."""
         whole = whole_gang_nodes(job, learners, free, snap)
+        if mask is not None:
+            whole &= mask
         if whole.any():
             # One server takes the whole gang: the tightest one (fewest free GPUs left), lowest index on ties.
             node = int(np.argmin(np.where(whole, free.gpus, np.inf)))
             return make_allocation(job, [node], [learners])
         slots_all = learner_slots(job, free)
         best: tuple[int, float, list[int], list[int]] | None = None
-        for mask in type_groups(snap, job):
-            slots = np.where(mask, slots_all, 0)
+        for group in [mask] if mask is not None else type_groups(snap, job):
+            slots = np.where(group, slots_all, 0)
             if int(np.minimum(slots, learners).sum()) < learners:
                 continue
             nodes, counts = _fewest_servers(slots, learners)
@@ -38,9 +56,7 @@ class PackPlacer(Placer):
             key = (len(nodes), leftover)
             if best is None or key < (best[0], best[1]):
                 best = (len(nodes), leftover, nodes, counts)
-        if best is None:
-            return failure_reason(job, learners, free, snap)
-        return make_allocation(job, best[2], best[3])
+        return None if best is None else make_allocation(job, best[2], best[3])
 
 
 def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:

@@ -6,6 +6,8 @@ of cross-server traffic and fragmentation.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 import numpy as np
 
 from loadmaster.core.job import Allocation
@@ -24,9 +26,13 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 class SpreadPlacer(Placer):
     name = "spread"
 
-    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> Allocation | WaitReason:
+    def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
+              prefer: Sequence[str] | None = None) -> Allocation | WaitReason:
         slots_all = learner_slots(job, free)
-        for mask in sorted(type_groups(snap, job), key=lambda m: -float(free.gpus[m].sum())):
+        groups = type_groups(snap, job, prefer)
+        if prefer is None:
+            groups.sort(key=lambda m: -float(free.gpus[m].sum()))  # the type with most room first
+        for mask in groups:
             slots = np.where(mask, slots_all, 0)
             if int(np.minimum(slots, learners).sum()) < learners:
                 continue

@@ -79,6 +79,10 @@ class Policy(ABC):
         """Jobs of one shape and one scope have the same victims, or a subset for later-ranked ones."""
         return None
 
+    def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
+        """GPU types to place `job` on, best first (heterogeneity-aware policies); None: any, placer's call."""
+        return None
+
     def blocks_others(self, job: JobView) -> bool:
         """True if a job that cannot start should hold back every job ranked after it (strict order)."""
         return False
