@@ -12,64 +12,13 @@ rate = type_speed x locality_factor x cpu_factor, in work-seconds per second (1.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec
+from loadmaster.core.profiles import family_of
 
 # Relative training throughput per GPU type, V100 = 1.0 (median over Gavel's models in
 # simulation_throughputs.json: K80 0.20, P100 0.76 of V100). Unknown types count as 1.0.
 DEFAULT_TYPE_SPEED: dict[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0}
-
-
-@dataclass(frozen=True, slots=True)
-class ModelProfile:
-    family: str
-    cross_node_slowdown: float  # fractional slowdown when the gang spans servers in one rack
-    cross_rack_slowdown: float  # ... when it spans racks
-    cpu_sensitivity: float  # exponent on the CPU shortfall ratio (0 = insensitive, 1 = linear)
-    cpus_per_gpu: float  # CPUs per GPU the family benefits from (Synergy-style profile)
-    mem_gb_per_gpu: float
-
-
-# Families and the model-name prefixes that map to them. Numbers: see docs/performance-model.md.
-PROFILES: dict[str, ModelProfile] = {
-    "image": ModelProfile("image", 0.10, 0.30, 0.9, 6.0, 48.0),
-    "language": ModelProfile("language", 0.25, 0.60, 0.15, 1.5, 24.0),
-    "recommendation": ModelProfile("recommendation", 0.30, 0.70, 0.5, 3.0, 64.0),
-    "rl": ModelProfile("rl", 0.05, 0.15, 0.7, 4.0, 16.0),
-    "generic": ModelProfile("generic", 0.15, 0.40, 0.5, 3.0, 32.0),
-}
-_PREFIXES: tuple[tuple[str, str], ...] = (
-    ("resnet", "image"),
-    ("vgg", "image"),
-    ("alexnet", "image"),
-    ("inception", "image"),
-    ("cyclegan", "image"),
-    ("mobilenet", "image"),
-    ("shufflenet", "image"),
-    ("transformer", "language"),
-    ("lm", "language"),
-    ("bert", "language"),
-    ("gpt", "language"),
-    ("lstm", "language"),
-    ("gnmt", "language"),
-    ("deepspeech", "language"),
-    ("recommendation", "recommendation"),
-    ("ncf", "recommendation"),
-    ("dlrm", "recommendation"),
-    ("a3c", "rl"),
-    ("ppo", "rl"),
-    ("dqn", "rl"),
-)
-
-
-def family_of(model: str) -> ModelProfile:
-    name = model.strip().lower()
-    for prefix, family in _PREFIXES:
-        if name.startswith(prefix):
-            return PROFILES[family]
-    return PROFILES["generic"]
 
 
 class PerformanceModel:
