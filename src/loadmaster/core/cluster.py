@@ -94,7 +94,7 @@ class Cluster:
         return np.ones(len(self.nodes), dtype=bool)
 
     @cached_property
-    def fit_cache(self) -> dict[tuple[int, int, float, float], str | None]:
+    def fit_cache(self) -> dict[tuple[int, int, float, float, tuple[str, ...]], str | None]:
         """Memo for scheduling.feasibility: whether a job shape can ever run here (the cluster is immutable)."""
         return {}
 

@@ -25,7 +25,7 @@ _MEMO_LIMIT = 32
 def _dominates(big: Shape, small: Shape) -> bool:
     """True if `big` needs at least what `small` needs in every number, with at least its exclusions.
 
-    Shapes are placer cache keys: numbers first, the tuple of excluded GPU types last.
+    Shapes are placer cache keys: numbers first, the excluded GPU types (a hashable) last.
     """
     if len(big) != len(small):
         return False
@@ -33,7 +33,46 @@ def _dominates(big: Shape, small: Shape) -> bool:
         if not (isinstance(b, int | float) and isinstance(s, int | float) and b >= s):
             return False
     bx, sx = big[-1], small[-1]
+    if bx == sx:
+        return True
     return isinstance(bx, tuple) and isinstance(sx, tuple) and set(bx) >= set(sx)
+
+
+class _NoFitMemo:
+    """Shapes that did not fit since capacity last grew: an exact table plus the frontier of minimal
+    shapes (any shape at least as large as one of them cannot fit either). The frontier stays small
+    because a new minimal shape evicts the larger ones it covers."""
+
+    __slots__ = ("exact", "frontier", "version")
+
+    def __init__(self) -> None:
+        self.exact: dict[Shape, WaitReason] = {}
+        self.frontier: list[tuple[Shape, WaitReason]] = []
+        self.version = 0
+
+    def sync(self, version: int) -> None:
+        if version != self.version:
+            self.exact.clear()
+            self.frontier.clear()
+            self.version = version
+
+    def lookup(self, key: Shape) -> tuple[WaitReason, bool] | None:
+        """(reason, exact) for a shape known not to fit, else None."""
+        hit = self.exact.get(key)
+        if hit is not None:
+            return hit, True
+        for shape, reason in self.frontier:
+            if _dominates(key, shape):
+                return reason, False
+        return None
+
+    def add(self, key: Shape, reason: WaitReason) -> None:
+        self.exact[key] = reason
+        if any(_dominates(key, shape) for shape, _ in self.frontier):
+            return
+        self.frontier = [(s, r) for s, r in self.frontier if not _dominates(s, key)]
+        if len(self.frontier) < _MEMO_LIMIT:
+            self.frontier.append((key, reason))
 
 
 @dataclass
@@ -51,15 +90,8 @@ class _Round:
         self.victims: list[JobView] | None = None
         # Shapes that did not fit at a capacity version: capacity only shrinks until the version changes,
         # so they (and any shape at least as large) still do not fit. A long queue costs few placements.
-        self.no_fit: list[tuple[Shape, WaitReason]] = []
-        self.no_fit_version = 0
+        self.no_fit = _NoFitMemo()
         self.no_preempt: dict[Shape, int] = {}
-
-    def _memo(self) -> list[tuple[Shape, WaitReason]]:
-        if self.no_fit_version != self.free.version:
-            self.no_fit = []
-            self.no_fit_version = self.free.version
-        return self.no_fit
 
     def place(self, job: JobView) -> Allocation | WaitReason:
         spec = job.spec
@@ -73,16 +105,17 @@ class _Round:
         if key is not None and prefer is not None:
             key = (*key[:-1], (key[-1], tuple(prefer)))
         if key is not None:
-            for shape, reason in self._memo():
-                if shape == key or _dominates(key, shape):
-                    if reason is WaitReason.CPU_MEMORY and shape != key:
-                        return failure_reason(job, learners, self.free, self.snap)
-                    return reason
+            self.no_fit.sync(self.free.version)
+            hit = self.no_fit.lookup(key)
+            if hit is not None:
+                reason, exact = hit
+                if reason is WaitReason.CPU_MEMORY and not exact:
+                    # A larger shape may fail on GPUs rather than CPUs: classify it for itself.
+                    return failure_reason(job, learners, self.free, self.snap)
+                return reason
         result = self.placer.place(job, learners, self.free, self.snap, prefer)
         if isinstance(result, WaitReason) and key is not None:
-            memo = self._memo()
-            if len(memo) < _MEMO_LIMIT:
-                memo.append((key, result))
+            self.no_fit.add(key, result)
         return result
 
     def victim_list(self) -> list[JobView]:
@@ -153,27 +186,43 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
     blocked = False
     cluster = snap.cluster
     preemptive = policy.preemptive
+    gate = rnd.gate
+    # The loop below runs once per queued job per round: keep its common path free of needless calls.
+    gated = type(gate) is not Gate
+    strict_order = policy.blocks_others
+    fit_cache = cluster.fit_cache
     for job in policy.rank(snap):
+        spec = job.spec
         if blocked:
-            waits.append(Wait(job.job_id, WaitReason.LOWER_PRIORITY))
+            waits.append(Wait(spec.job_id, WaitReason.LOWER_PRIORITY))
             continue
-        why_never = never_fits(job.spec, cluster) or rnd.gate.never_admits(job)
+        shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
+                 spec.excluded_types)
+        why_never = fit_cache[shape] if shape in fit_cache else never_fits(spec, cluster)
+        if why_never is None and gated:
+            why_never = gate.never_admits(job)
         if why_never:
-            rejects.append(Reject(job.job_id, why_never))
+            rejects.append(Reject(spec.job_id, why_never))
             continue
-        if rnd.gate.admit(job, job.spec.gpus) is Admission.DENIED:
-            waits.append(Wait(job.job_id, WaitReason.OVER_QUOTA))
+        if gated and gate.admit(job, spec.gpus) is Admission.DENIED:
+            waits.append(Wait(spec.job_id, WaitReason.OVER_QUOTA))
             continue
         result = rnd.place(job)
-        if isinstance(result, WaitReason) and preemptive and result is not WaitReason.LOCALITY_WAIT:
-            result = rnd.place_by_preempting(job, result)
-        if isinstance(result, Allocation):
+        if type(result) is Allocation:
             rnd.free.take(result)
-            rnd.gate.add(job, result.gpus)
-            rnd.starts.append(Start(job.job_id, result))
-        else:
-            waits.append(Wait(job.job_id, result))
-            blocked = policy.blocks_others(job)
+            gate.add(job, result.gpus)
+            rnd.starts.append(Start(spec.job_id, result))
+            continue
+        assert isinstance(result, WaitReason)
+        if preemptive and result is not WaitReason.LOCALITY_WAIT:
+            result = rnd.place_by_preempting(job, result)
+            if isinstance(result, Allocation):
+                rnd.free.take(result)
+                gate.add(job, result.gpus)
+                rnd.starts.append(Start(spec.job_id, result))
+                continue
+        waits.append(Wait(spec.job_id, result))
+        blocked = strict_order(job)
     return Plan(
         starts=tuple(rnd.starts),
         preempts=tuple(rnd.preempts),

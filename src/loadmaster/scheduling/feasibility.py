@@ -9,7 +9,7 @@ from loadmaster.core.job import JobSpec
 def never_fits(spec: JobSpec, cluster: Cluster, learners: int | None = None) -> str | None:
     """Why `spec` can never run on `cluster` (None if it can). Memoised per shape on the cluster."""
     n = spec.learners if learners is None else learners
-    key = (n, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner)
+    key = (n, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner, spec.excluded_types)
     cache = cluster.fit_cache
     if key not in cache:
         cache[key] = _never_fits(spec, cluster, n)

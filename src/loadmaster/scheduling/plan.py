@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import NamedTuple
 
 from loadmaster.core.job import Allocation
 
@@ -53,8 +54,9 @@ class Reject:
     reason: str
 
 
-@dataclass(frozen=True, slots=True)
-class Wait:
+class Wait(NamedTuple):
+    """One per job left waiting in a round: a named tuple because a long queue makes many of them."""
+
     job_id: str
     reason: WaitReason
 
