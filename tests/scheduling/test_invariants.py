@@ -26,17 +26,22 @@ def clusters(draw: st.DrawFn) -> Cluster:
 
 @st.composite
 def specs(draw: st.DrawFn, prefix: str, count: int) -> list[JobSpec]:
-    return [
-        JobSpec(
+    jobs = []
+    for i in range(count):
+        learners = draw(st.integers(1, 4))
+        # Some jobs are elastic: they may run with min..max learners around the nominal size.
+        elastic = draw(st.booleans())
+        jobs.append(JobSpec(
             job_id=f"{prefix}{i}", tenant=draw(st.sampled_from(["A", "B", "C"])),
-            submit_time_s=float(draw(st.integers(0, 50))), learners=draw(st.integers(1, 4)),
+            submit_time_s=float(draw(st.integers(0, 50))), learners=learners,
             gpus_per_learner=draw(st.sampled_from([0, 1, 2, 4])),
             cpus_per_learner=draw(st.sampled_from([0.0, 2.0, 8.0])),
             mem_gb_per_learner=draw(st.sampled_from([0.0, 16.0])),
             duration_s=float(draw(st.integers(1, 1000))), priority=draw(st.integers(0, 2)),
-        )
-        for i in range(count)
-    ]
+            min_learners=draw(st.integers(1, learners)) if elastic else None,
+            max_learners=learners + draw(st.integers(0, 4)) if elastic else None,
+        ))
+    return jobs
 
 
 @st.composite
@@ -72,19 +77,29 @@ def check_invariants(snap: Snapshot, plan: Plan, policy_name: str) -> None:
     outcome = started + [w.job_id for w in plan.waits] + [r.job_id for r in plan.rejects]
     assert sorted(outcome) == sorted(queued)
     assert {p.job_id for p in plan.preempts} <= set(running)
-    # No partial gang, no resize of the request.
+    # No partial gang: every learner or none, and an elastic job within its bounds.
+    def size_ok(spec: JobSpec, learners: int) -> bool:
+        if spec.elastic:
+            return (spec.min_learners or spec.learners) <= learners <= (spec.max_learners or spec.learners)
+        return learners == spec.learners
+
     for s in plan.starts:
         spec = queued[s.job_id].spec
-        assert s.allocation.learners == spec.learners
+        assert size_ok(spec, s.allocation.learners)
         assert s.allocation.gpus_per_learner == spec.gpus_per_learner
         types = {c.nodes[n].gpu_type for n in s.allocation.nodes}
         assert spec.gpus_per_learner == 0 or len(types) == 1
+    resized = {z.job_id: z.allocation for z in plan.resizes}
+    assert set(resized) <= set(running) and not set(resized) & {p.job_id for p in plan.preempts}
+    for job_id, alloc in resized.items():
+        assert running[job_id].spec.elastic and size_ok(running[job_id].spec, alloc.learners)
     # Capacity never exceeded, no GPU double-booked: sum what stays running plus what starts.
     used_g = np.zeros(len(c.nodes))
     used_c = np.zeros(len(c.nodes))
     used_m = np.zeros(len(c.nodes))
     preempted = {p.job_id for p in plan.preempts}
-    allocs = [j.allocation for j in snap.running if j.job_id not in preempted] + [s.allocation for s in plan.starts]
+    allocs = [resized.get(j.job_id, j.allocation) for j in snap.running if j.job_id not in preempted]
+    allocs += [s.allocation for s in plan.starts]
     for a in allocs:
         assert a is not None
         for node, k in a.per_node().items():
@@ -106,12 +121,18 @@ def check_invariants(snap: Snapshot, plan: Plan, policy_name: str) -> None:
             a = running[p.job_id].allocation
             assert a is not None
             after[running[p.job_id].spec.tenant] -= a.gpus
+        for job_id, alloc in resized.items():
+            a = running[job_id].allocation
+            assert a is not None
+            after[running[job_id].spec.tenant] += alloc.gpus - a.gpus
         for s in plan.starts:
             t = queued[s.job_id].spec.tenant
             after[t] = after.get(t, 0) + s.allocation.gpus
-            assert after[t] <= snap.tenants[t].max_gpus
-        # Only tenants over their quota lose jobs, and only to tenants within theirs.
-        for p in plan.preempts:
+        for t, gpus in after.items():
+            assert gpus <= max(snap.tenants[t].max_gpus, before.get(t, 0))
+        # Only tenants over their quota lose jobs or learners, and only to tenants within theirs.
+        for p in [*plan.preempts, *(z for z in plan.resizes if z.allocation.gpus < (running[z.job_id].allocation
+                                                                                  or z.allocation).gpus)]:
             victim_tenant = running[p.job_id].spec.tenant
             assert before[victim_tenant] > snap.tenants[victim_tenant].gpus
 

@@ -14,7 +14,7 @@ from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.feasibility import never_fits
 from loadmaster.scheduling.placement.base import Placer, failure_reason
-from loadmaster.scheduling.plan import Plan, Preempt, Reject, Start, Wait, WaitReason
+from loadmaster.scheduling.plan import Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -75,6 +75,28 @@ class _NoFitMemo:
             self.frontier.append((key, reason))
 
 
+def elastic_sizes(low: int, high: int) -> list[int]:
+    """Sizes to try for an elastic gang, largest first: high, then halving, then low."""
+    sizes = [high]
+    n = high // 2
+    while n > low:
+        sizes.append(n)
+        n //= 2
+    if low < high:
+        sizes.append(low)
+    return sizes
+
+
+def shrink_to_minimum(job: JobView) -> Allocation | None:
+    """The allocation an elastic running job keeps when scaled down to its minimum (None: cannot shrink)."""
+    alloc = job.allocation
+    low = job.spec.min_learners
+    if alloc is None or not job.spec.elastic or low is None or alloc.learners <= low:
+        return None
+    return Allocation(job.job_id, alloc.learner_nodes[:low], alloc.gpus_per_learner, alloc.cpus_per_learner,
+                      alloc.mem_gb_per_learner)
+
+
 @dataclass
 class _Round:
     snap: Snapshot
@@ -87,6 +109,8 @@ class _Round:
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.preempted: set[str] = set()
+        self.resizes: list[Resize] = []
+        self.resized: set[str] = set()
         self.victims: list[JobView] | None = None
         # Shapes that did not fit at a capacity version: capacity only shrinks until the version changes,
         # so they (and any shape at least as large) still do not fit. A long queue costs few placements.
@@ -94,8 +118,19 @@ class _Round:
         self.no_preempt: dict[Shape, int] = {}
 
     def place(self, job: JobView) -> Allocation | WaitReason:
+        """The whole gang; an elastic job at the largest size in [min, max] that fits (tried by halving)."""
         spec = job.spec
-        learners = spec.learners
+        if not spec.elastic:
+            return self.place_at(job, spec.learners)
+        result: Allocation | WaitReason = WaitReason.NO_CAPACITY
+        for n in elastic_sizes(spec.min_learners or spec.learners, spec.max_learners or spec.learners):
+            result = self.place_at(job, n)
+            if isinstance(result, Allocation):
+                return result
+        return result
+
+    def place_at(self, job: JobView, learners: int) -> Allocation | WaitReason:
+        spec = job.spec
         if learners * spec.gpus_per_learner > self.free.total_gpus + 1e-9:
             return WaitReason.NO_CAPACITY
         if spec.gpus_per_learner > self.free.max_node_gpus + 1e-9:
@@ -118,6 +153,44 @@ class _Round:
             self.no_fit.add(key, result)
         return result
 
+    def _unrelease(self, victim: JobView, kept: Allocation | None) -> None:
+        """Undo a tentative release: give the victim back all it held, or raise ValueError (and change
+        nothing) if that no longer fits. The gate counts `kept` (or nothing) for it until then."""
+        alloc = victim.allocation
+        assert alloc is not None
+        if kept is not None:
+            self.free.give(kept, grow=False)
+        try:
+            self.free.take(alloc)
+        except ValueError:
+            if kept is not None:
+                self.free.take(kept)
+            raise
+        self.gate.add(victim, alloc.gpus - (kept.gpus if kept is not None else 0))
+
+    def grow_elastic(self) -> None:
+        """Scale running elastic jobs up into GPUs nobody is waiting for (checkpoint/restart each)."""
+        for job in self.snap.running:
+            spec = job.spec
+            alloc = job.allocation
+            if (alloc is None or not spec.elastic or job.job_id in self.preempted or job.job_id in self.resized
+                    or alloc.learners >= (spec.max_learners or spec.learners)):
+                continue
+            same_type = (self.snap.cluster.nodes[alloc.learner_nodes[0]].gpu_type,)
+            for extra in elastic_sizes(1, (spec.max_learners or spec.learners) - alloc.learners):
+                if self.gate.admit(job, extra * spec.gpus_per_learner) is Admission.DENIED:
+                    continue  # growing would take the tenant past its limit
+                more = self.placer.place(job, extra, self.free, self.snap, same_type if spec.gpus_per_learner
+                                         else None)
+                if isinstance(more, Allocation):
+                    self.free.take(more)
+                    self.gate.add(job, more.gpus)
+                    grown = Allocation(job.job_id, alloc.learner_nodes + more.learner_nodes, alloc.gpus_per_learner,
+                                       alloc.cpus_per_learner, alloc.mem_gb_per_learner)
+                    self.resizes.append(Resize(job.job_id, grown))
+                    self.resized.add(job.job_id)
+                    break
+
     def victim_list(self) -> list[JobView]:
         if self.victims is None:
             self.victims = sorted(self.snap.running, key=lambda v: self.policy.victim_key(self.snap, v))
@@ -126,13 +199,15 @@ class _Round:
     def place_by_preempting(self, job: JobView, reason: WaitReason) -> Allocation | WaitReason:
         """Release victims until the gang fits. Placement is tried only once enough GPUs are free, then
         again each time the released set doubles, so a big cluster costs O(log victims) attempts."""
-        shape = self.placer.cache_key(job, job.spec.learners, self.snap)
+        learners = job.spec.min_learners or job.spec.learners if job.spec.elastic else job.spec.learners
+        shape = self.placer.cache_key(job, learners, self.snap)
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
-        need = job.spec.gpus
+        need = learners * job.spec.gpus_per_learner
         prefer = self.policy.type_preference(self.snap, job)
         released: list[JobView] = []
+        shrunk: dict[str, Allocation] = {}  # elastic victims cut to their minimum: job id -> what they keep
         alloc: Allocation | WaitReason = reason
         tried_with = 0  # how many victims were released at the last placement attempt
         if not self.policy.preemptor(self.snap, self.gate, job):
@@ -141,23 +216,28 @@ class _Round:
             if victim.job_id in self.preempted:
                 continue
             assert victim.allocation is not None
+            kept = shrink_to_minimum(victim)
             self.free.give(victim.allocation, grow=False)
             self.gate.remove(victim)
+            if kept is not None:
+                # An elastic victim scales down to its minimum instead of stopping (DLaaS's elasticity).
+                self.free.take(kept)
+                self.gate.add(victim, kept.gpus)
+                shrunk[victim.job_id] = kept
             released.append(victim)
             if self.free.total_gpus + 1e-9 < need or len(released) < 2 * tried_with:
                 continue
             tried_with = len(released)
-            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap, prefer)
+            alloc = self.placer.place(job, learners, self.free, self.snap, prefer)
             if isinstance(alloc, Allocation):
                 break
         if (not isinstance(alloc, Allocation) and tried_with < len(released)
                 and self.free.total_gpus + 1e-9 >= need):
-            alloc = self.placer.place(job, job.spec.learners, self.free, self.snap, prefer)
+            alloc = self.placer.place(job, learners, self.free, self.snap, prefer)
         if not isinstance(alloc, Allocation):
             for victim in reversed(released):
                 assert victim.allocation is not None
-                self.free.take(victim.allocation)
-                self.gate.add(victim)
+                self._unrelease(victim, shrunk.pop(victim.job_id, None))
             if key is not None:
                 self.no_preempt[key] = self.free.version
             return reason
@@ -166,13 +246,17 @@ class _Round:
         self.free.take(alloc)
         for victim in reversed(released):
             assert victim.allocation is not None
+            kept = shrunk.get(victim.job_id)
             try:
-                self.free.take(victim.allocation)
-                self.gate.add(victim)
+                self._unrelease(victim, kept)
             except ValueError:
-                self.preempted.add(victim.job_id)
-                self.preempts.append(Preempt(victim.job_id, f"preempted by {self.policy.name} for {job.job_id}",
-                                             for_job=job.job_id))
+                why = f"{'scaled down' if kept else 'preempted'} by {self.policy.name} for {job.job_id}"
+                if kept is not None:
+                    self.resizes.append(Resize(victim.job_id, kept))
+                    self.resized.add(victim.job_id)
+                else:
+                    self.preempted.add(victim.job_id)
+                    self.preempts.append(Preempt(victim.job_id, why, for_job=job.job_id))
         self.free.give(alloc, grow=False)
         self.free.version += 1
         return alloc
@@ -223,9 +307,13 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
                 continue
         waits.append(Wait(spec.job_id, result))
         blocked = strict_order(job)
+    # Idle GPUs go to elastic jobs only when no queued job is waiting for capacity.
+    if all(w.reason in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for w in waits):
+        rnd.grow_elastic()
     return Plan(
         starts=tuple(rnd.starts),
         preempts=tuple(rnd.preempts),
+        resizes=tuple(rnd.resizes),
         rejects=tuple(rejects),
         waits=tuple(waits),
     )

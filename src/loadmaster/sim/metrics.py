@@ -98,6 +98,7 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "median_rho": _pct(rhos, 50),
         "jain_fairness": jain_index([1.0 / r for r in rhos if r > 0]),
         "preemptions": result.preemptions,
+        "resizes": result.resizes,
         "gpu_hours": gpu_h,
         "gpu_hours_failed_attempts": failed_h,
         "gpu_hours_lost_to_preemption": sum(r.gpu_s_lost for r in records) / 3600,
@@ -110,7 +111,7 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
 JOB_COLUMNS = (
     "job_id", "tenant", "user", "model", "submit_time_s", "learners", "gpus", "duration_s", "status",
     "first_start_s", "finish_s", "jct_s", "queue_delay_s", "total_wait_s", "fair_share_delay_s",
-    "fragmentation_delay_s", "capacity_delay_s", "last_wait_reason", "attempts", "preemptions", "gpu_hours",
+    "fragmentation_delay_s", "capacity_delay_s", "last_wait_reason", "attempts", "preemptions", "resizes", "gpu_hours",
     "gpu_hours_failed", "rho", "failure_categories", "reject_reason",
 )
 
@@ -130,6 +131,6 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
                 s.job_id, s.tenant, s.user, s.model, _num(s.submit_time_s), s.learners, s.gpus,
                 _num(s.duration_s), r.status.value, _num(r.first_start_s), _num(r.finish_s), _num(r.jct_s),
                 _num(r.queue_delay_s), _num(r.total_wait_s), _num(d["fair_share"]), _num(d["fragmentation"]),
-                _num(d["capacity"]), r.last_wait_reason, r.attempts_run, r.preemptions, _num(r.gpu_s / 3600),
+                _num(d["capacity"]), r.last_wait_reason, r.attempts_run, r.preemptions, r.resizes, _num(r.gpu_s / 3600),
                 _num(r.gpu_s_failed / 3600), _num(r.rho), ";".join(r.failure_categories), r.reject_reason,
             ])

@@ -62,4 +62,6 @@ class PerformanceModel:
         """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""
         types = {self._node_type[n] for n in alloc.nodes}
         speed = min(self.type_factor(spec, t) for t in types)
-        return speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)
+        # An elastic job's duration is given at its nominal size; data parallelism scales linearly here.
+        scale = alloc.learners / spec.learners
+        return scale * speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)

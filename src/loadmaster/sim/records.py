@@ -15,6 +15,7 @@ class JobRecord:
     finish_s: float | None = None
     attempts_run: int = 0
     preemptions: int = 0
+    resizes: int = 0  # elastic scale-ups and scale-downs
     gpu_s: float = 0.0  # GPU-seconds held, all attempts
     gpu_s_failed: float = 0.0  # GPU-seconds of attempts that ended in failure
     gpu_s_lost: float = 0.0  # GPU-seconds of work thrown away by preemption (since the last checkpoint)

@@ -45,6 +45,7 @@ class SimResult:
     busy_gpu_s: float
     preemptions: int
     decisions: int
+    resizes: int = 0
     tenants: Mapping[str, TenantQuota] = field(default_factory=dict)
 
 
@@ -103,6 +104,7 @@ class _Run:
         self.running_views: dict[str, JobView] = {}
         self.tenant_gpus: dict[str, int] = {}
         self.tenant_running: dict[str, dict[str, JobView]] = {}
+        self.growable: set[str] = set()  # running elastic jobs below their maximum size
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
         self.seq = 0
         self.live: list[_Live | None] = [None] * len(self.jobs)
@@ -113,6 +115,7 @@ class _Run:
         self.busy_gpu_s = 0.0
         self.contention_integral = 0.0  # integral over time of jobs in the system (queued + running)
         self.preemptions = 0
+        self.resizes = 0
         self.decisions = 0
         self.finished = 0
 
@@ -147,7 +150,7 @@ class _Run:
                 live = self.live[idx]
                 if live is not None and live.token == token and live.view.job_id in self.running:
                     self.end_attempt(live)
-            if self.queued:
+            if self.queued or (self.growable and self.busy < self.cluster.total_gpus):
                 self.apply(self.decide())
                 if round_s:
                     next_round = t + round_s
@@ -161,7 +164,7 @@ class _Run:
         if self.progress is not None:
             self.progress(self.clock, self.finished)
         return SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
-                         self.preemptions, self.decisions, self.sim.tenants)
+                         self.preemptions, self.decisions, self.resizes, self.sim.tenants)
 
     # -- transitions ----------------------------------------------------------------------------
     def set_status(self, live: _Live, new: JobStatus) -> None:
@@ -202,6 +205,8 @@ class _Run:
     def apply(self, plan: Plan) -> None:
         for p in plan.preempts:
             self.preempt(self.running[p.job_id])
+        for z in plan.resizes:
+            self.resize(self.running[z.job_id], z.allocation)
         for r in plan.rejects:
             live = self.dequeue(r.job_id)
             live.record.reject_reason = r.reason
@@ -236,19 +241,38 @@ class _Run:
         self.busy += sign * alloc.gpus
 
     def start(self, live: _Live, alloc: Allocation) -> None:
-        spec = live.view.spec
-        if alloc.learners != spec.learners and not spec.elastic:
-            raise AssertionError(f"partial gang for {spec.job_id}: {alloc.learners}/{spec.learners}")
         self.close_wait(live)
         live.reason = ""
         self.set_status(live, JobStatus.PROCESSING)
-        self.hold(alloc, +1)
         record = live.record
         if record.first_start_s is None:
             record.first_start_s = self.clock
         record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
         restarted = live.view.work_done_s > 0 or live.view.preemptions > 0
-        overhead = self.sim.config.restart_overhead_s if restarted else 0.0
+        self.launch(live, alloc, self.sim.config.restart_overhead_s if restarted else 0.0)
+
+    def resize(self, live: _Live, alloc: Allocation) -> None:
+        """Elastic scale up or down by checkpoint/restart: no work is lost, the restart overhead is paid."""
+        view = live.view
+        attained = view.attained_at(self.clock)
+        work = self.stop_running(live)
+        live.view = JobView(view.spec, view.queued_since, view.attempt, None, work, 0.0, self.clock, attained,
+                            view.preemptions, None)
+        live.record.resizes += 1
+        self.resizes += 1
+        self.launch(live, alloc, self.sim.config.restart_overhead_s)
+
+    def launch(self, live: _Live, alloc: Allocation, overhead: float) -> None:
+        """Hold `alloc` and schedule the end of the current attempt at the allocation's speed."""
+        spec = live.view.spec
+        low, high = (spec.min_learners or spec.learners, spec.max_learners or spec.learners)
+        if alloc.learners != spec.learners and not (spec.elastic and low <= alloc.learners <= high):
+            raise AssertionError(f"partial gang for {spec.job_id}: {alloc.learners}/{spec.learners}")
+        self.hold(alloc, +1)
+        if alloc.learners < high:
+            self.growable.add(spec.job_id)
+        else:
+            self.growable.discard(spec.job_id)
         rate = self.sim.perf.rate(spec, alloc)
         if rate <= 0:
             raise AssertionError(f"non-positive rate for {spec.job_id}")
@@ -272,6 +296,7 @@ class _Run:
         assert view.allocation is not None
         del self.running[view.job_id]
         del self.running_views[view.job_id]
+        self.growable.discard(view.job_id)
         self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
         del self.tenant_running[view.spec.tenant][view.job_id]
         self.hold(view.allocation, -1)
