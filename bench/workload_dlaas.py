@@ -5,7 +5,8 @@ and 4-16 CPUs per learner, on 100 machines of 32 CPUs, 4 GPUs and 128 GB (`--clu
 They give no durations, memory or arrival process; those below are assumptions, stated here:
 - memory: 8 GB per GPU of the learner (fits 4 one-GPU learners in 128 GB with room to spare);
 - duration: lognormal, median 30 min, sigma 1.0, clipped to [60 s, 24 h];
-- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time (default 0.9).
+- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time (default 0.9);
+- model: none (the generic family of docs/performance-model.md), since the paper names none.
 
     .venv/bin/python bench/workload_dlaas.py --out runs/dlaas.csv --seed 0
     loadmaster sim compare --trace runs/dlaas.csv --cluster 100x4:32cpu:128gb --policy fifo \
@@ -22,8 +23,8 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
 
-from loadmaster.core.job import JobSpec  # noqa: E402
-from loadmaster.traces.canonical import write_csv  # noqa: E402
+from loadmaster.core.job import JobSpec
+from loadmaster.traces.canonical import write_csv
 
 CLUSTER_GPUS = 400
 
@@ -40,7 +41,7 @@ def generate(jobs: int, seed: int, load: float) -> list[JobSpec]:
     return [
         JobSpec(job_id=f"dlaas-{i}", tenant="default", submit_time_s=float(submit[i]),
                 learners=int(learners[i]), gpus_per_learner=int(gpus[i]), cpus_per_learner=float(cpus[i]),
-                mem_gb_per_learner=8.0 * int(gpus[i]), duration_s=float(duration[i]), model="ResNet-50")
+                mem_gb_per_learner=8.0 * int(gpus[i]), duration_s=float(duration[i]))
         for i in range(jobs)
     ]
 

@@ -18,6 +18,15 @@ class ModelProfile:
     cpus_per_gpu: float  # CPUs per GPU the family benefits from (Synergy-style profile)
     mem_gb_per_gpu: float
 
+    def cpus_wanted(self, gpus: int) -> float:
+        """CPUs a learner with `gpus` GPUs benefits from: more does not make it faster (Synergy's
+        best-case demand). The performance model and the CPU-aware placers share this one definition."""
+        return self.cpus_per_gpu * gpus
+
+    def mem_wanted(self, gpus: int) -> float:
+        """Host memory (GB) a learner with `gpus` GPUs benefits from."""
+        return self.mem_gb_per_gpu * gpus
+
 
 # Families and the model-name prefixes that map to them. Numbers: see docs/performance-model.md.
 PROFILES: dict[str, ModelProfile] = {

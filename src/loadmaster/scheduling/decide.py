@@ -122,8 +122,10 @@ class _Round:
         spec = job.spec
         if not spec.elastic:
             return self.place_at(job, spec.learners)
-        result: Allocation | WaitReason = WaitReason.NO_CAPACITY
+        result: Allocation | WaitReason = WaitReason.OVER_QUOTA
         for n in elastic_sizes(spec.min_learners or spec.learners, spec.max_learners or spec.learners):
+            if self.gate.admit(job, n * spec.gpus_per_learner) is Admission.DENIED:
+                continue  # this size would take the tenant past its limit
             result = self.place_at(job, n)
             if isinstance(result, Allocation):
                 return result
@@ -144,10 +146,12 @@ class _Round:
             hit = self.no_fit.lookup(key)
             if hit is not None:
                 reason, exact = hit
-                if reason is WaitReason.CPU_MEMORY and not exact:
+                if exact or reason not in (WaitReason.CPU_MEMORY, WaitReason.LOCALITY_WAIT):
+                    return reason
+                if reason is WaitReason.CPU_MEMORY:
                     # A larger shape may fail on GPUs rather than CPUs: classify it for itself.
                     return failure_reason(job, learners, self.free, self.snap)
-                return reason
+                # A larger shape may fit nowhere at all (not just not locally): ask the placer.
         result = self.placer.place(job, learners, self.free, self.snap, prefer)
         if isinstance(result, WaitReason) and key is not None:
             self.no_fit.add(key, result)
@@ -213,7 +217,7 @@ class _Round:
         if not self.policy.preemptor(self.snap, self.gate, job):
             return reason
         for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
-            if victim.job_id in self.preempted:
+            if victim.job_id in self.preempted or victim.job_id in self.resized:
                 continue
             assert victim.allocation is not None
             kept = shrink_to_minimum(victim)
@@ -288,7 +292,8 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
         if why_never:
             rejects.append(Reject(spec.job_id, why_never))
             continue
-        if gated and gate.admit(job, spec.gpus) is Admission.DENIED:
+        smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if spec.elastic else spec.gpus
+        if gated and gate.admit(job, smallest) is Admission.DENIED:
             waits.append(Wait(spec.job_id, WaitReason.OVER_QUOTA))
             continue
         result = rnd.place(job)

@@ -6,8 +6,9 @@ rate = type_speed x locality_factor x cpu_factor, in work-seconds per second (1.
   DEFAULT_TYPE_SPEED, normalised to the fastest type in the cluster (duration_s is on the best type).
 - Locality: a gang that spans servers pays `cross_node_slowdown` (all-reduce over the network instead of
   NVLink/PCIe), one that spans racks `cross_rack_slowdown`, per model family (see docs/performance-model.md).
-- CPU: a learner given fewer CPUs than its request runs at (given/requested) ** cpu_sensitivity; input
-  pipelines of image models are CPU-bound (Synergy, OSDI'22), language models barely care.
+- CPU: a learner given fewer CPUs than its model family benefits from runs at (given/wanted) **
+  cpu_sensitivity; input pipelines of image models are CPU-bound (Synergy, OSDI'22), language models
+  barely care. Allocations that carry no CPUs are not CPU-bound.
 """
 
 from __future__ import annotations
@@ -53,10 +54,18 @@ class PerformanceModel:
         return 1.0 / (1.0 + slowdown)
 
     def cpu_factor(self, spec: JobSpec, alloc: Allocation) -> float:
-        if not self.cpu or spec.cpus_per_learner <= 0 or alloc.cpus_per_learner >= spec.cpus_per_learner:
+        """(given / wanted) ** cpu_sensitivity, capped at 1, where `wanted` is what the model family
+        benefits from (profile CPUs per GPU x GPUs per learner), not what the job requested: duration_s
+        is the runtime with that want met. An allocation that carries no CPUs (a placer that does no CPU
+        accounting, requests of 0) is not CPU-bound. A learner without GPUs wants its request."""
+        given = alloc.cpus_per_learner
+        if not self.cpu or given <= 0:
             return 1.0
-        ratio = max(alloc.cpus_per_learner, 0.0) / spec.cpus_per_learner
-        return float(max(ratio, 0.05) ** family_of(spec.model).cpu_sensitivity)
+        profile = family_of(spec.model)
+        wanted = profile.cpus_wanted(spec.gpus_per_learner) if spec.gpus_per_learner > 0 else spec.cpus_per_learner
+        if wanted <= 0 or given >= wanted:
+            return 1.0
+        return float(max(given / wanted, 0.05) ** profile.cpu_sensitivity)
 
     def rate(self, spec: JobSpec, alloc: Allocation) -> float:
         """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""

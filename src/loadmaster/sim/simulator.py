@@ -18,7 +18,7 @@ from loadmaster.core.job import Allocation, JobStatus, check_transition
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan
+from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
@@ -117,6 +117,7 @@ class _Run:
         self.preemptions = 0
         self.resizes = 0
         self.decisions = 0
+        self.snap = Snapshot.idle(0.0, sim.cluster)  # the last decision's input (placer_wake reads it)
         self.finished = 0
 
     # -- time -----------------------------------------------------------------------------------
@@ -134,11 +135,12 @@ class _Run:
         until = self.sim.config.until_s
         round_s = self.sim.policy.round_s
         next_round = math.inf
+        next_wake = math.inf  # when a job waiting for locality may place with time alone
         loops = 0
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
             t_event = self.events[0][0] if self.events else math.inf
-            t = min(t_arrival, t_event, next_round if self.queued else math.inf)
+            t = min(t_arrival, t_event, min(next_round, next_wake) if self.queued else math.inf)
             if t == math.inf or (until is not None and t > until):
                 break
             self.advance(t)
@@ -151,7 +153,9 @@ class _Run:
                 if live is not None and live.token == token and live.view.job_id in self.running:
                     self.end_attempt(live)
             if self.queued or (self.growable and self.busy < self.cluster.total_gpus):
-                self.apply(self.decide())
+                plan = self.decide()
+                self.apply(plan)
+                next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
             self.timeline.record(t, self.busy, len(self.queued))
@@ -197,7 +201,20 @@ class _Run:
             tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
             self.tenant_gpus, self.running_by_tenant,
         )
+        self.snap = snap
         return decide(snap, self.sim.policy, self.sim.placer)
+
+    def placer_wake(self, plan: Plan) -> float:
+        """The earliest time the placer's answer for a job left waiting for locality changes with time
+        alone (Placer.next_change_s). Decisions happen only on events, so without this wake-up such a job
+        would wait for the next arrival or completion even after its wait relaxed."""
+        wake = math.inf
+        for w in plan.waits:
+            if w.reason is WaitReason.LOCALITY_WAIT:
+                at = self.sim.placer.next_change_s(self.queued_views[w.job_id], self.snap)
+                if at is not None and at > self.clock:
+                    wake = min(wake, at)
+        return wake
 
     def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:
         return {t: tuple(views.values()) for t, views in self.tenant_running.items()}

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -38,22 +38,46 @@ class Placer(ABC):
         s = job.spec
         return (learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner, s.excluded_types)
 
+    def next_change_s(self, job: JobView, snap: Snapshot) -> float | None:
+        """When this placer's answer for a waiting `job` may change with time alone (no event), or None.
+
+        Placers that relax a constraint the longer a job waits (locality) return the next threshold, so
+        that a shell which decides only on events (the simulator) can wake up then.
+        """
+        return None
+
 
 _UNBOUNDED = 1 << 40
 
 
-def learner_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
-    """How many learners of `job` each node can still take, in every dimension at once."""
-    s = job.spec
+Demand = float | npt.NDArray[np.float64]  # per learner: one amount, or one per node
+
+
+def demand_slots(free_gpus: npt.NDArray[np.float64], free_cpus: npt.NDArray[np.float64],
+                 free_mem: npt.NDArray[np.float64], gpus: float, cpus: Demand, mem: Demand) -> npt.NDArray[np.int64]:
+    """How many learners needing `gpus`, `cpus` and `mem` each node can take out of the free amounts, in
+    every dimension at once. `cpus` and `mem` may be per-node arrays (CPU-aware placers give different
+    amounts per server); a zero amount never limits."""
     slots: npt.NDArray[np.float64] | None = None
-    for amount, per in ((free.gpus, s.gpus_per_learner), (free.cpus, s.cpus_per_learner),
-                        (free.mem, s.mem_gb_per_learner)):
-        if per > 0:
+    for amount, per in ((free_gpus, gpus), (free_cpus, cpus), (free_mem, mem)):
+        if isinstance(per, np.ndarray):
+            positive = per > 0
+            k = np.where(positive, np.floor_divide(amount + 1e-6, np.where(positive, per, 1.0)), _UNBOUNDED)
+        elif per > 0:
             k = np.floor_divide(amount + 1e-6, per)
-            slots = k if slots is None else np.minimum(slots, k, out=slots)
+        else:
+            continue
+        slots = k if slots is None else np.minimum(slots, k, out=slots)
     if slots is None:
-        return np.full(free.gpus.shape, _UNBOUNDED, dtype=np.int64)
+        return np.full(free_gpus.shape, _UNBOUNDED, dtype=np.int64)
     return slots.astype(np.int64)
+
+
+def learner_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
+    """How many learners of `job`, at its request, each node can still take, in every dimension at once."""
+    s = job.spec
+    return demand_slots(free.gpus, free.cpus, free.mem, s.gpus_per_learner, s.cpus_per_learner,
+                        s.mem_gb_per_learner)
 
 
 def whole_gang_nodes(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> npt.NDArray[np.bool_]:
@@ -94,7 +118,10 @@ def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapsh
 
 
 def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
-                    counts: list[int] | npt.NDArray[np.int64]) -> Allocation:
+                    counts: list[int] | npt.NDArray[np.int64], cpus: float | None = None,
+                    mem_gb: float | None = None) -> Allocation:
+    """An allocation of `counts[i]` learners on `nodes[i]`; each learner gets `cpus` and `mem_gb`
+    (default: the job's request)."""
     learner_nodes: list[int] = []
     for n, c in zip(nodes, counts, strict=True):
         learner_nodes.extend([int(n)] * int(c))
@@ -103,9 +130,63 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
         job_id=s.job_id,
         learner_nodes=tuple(learner_nodes),
         gpus_per_learner=s.gpus_per_learner,
-        cpus_per_learner=s.cpus_per_learner,
-        mem_gb_per_learner=s.mem_gb_per_learner,
+        cpus_per_learner=s.cpus_per_learner if cpus is None else cpus,
+        mem_gb_per_learner=s.mem_gb_per_learner if mem_gb is None else mem_gb,
     )
+
+
+def tightest_node(whole: npt.NDArray[np.bool_], free: FreeCapacity) -> int | None:
+    """Of the nodes in `whole` (each can take the whole gang), the one with the fewest free GPUs, lowest
+    index on ties: best fit keeps large holes open for large gangs."""
+    if not whole.any():
+        return None
+    return int(np.argmin(np.where(whole, free.gpus, np.inf)))
+
+
+def fewest_servers(slots: npt.NDArray[np.int64], learners: int) -> tuple[list[int], list[int]]:
+    """Several nodes, as few as possible: fullest-capacity first, then the tightest node for the rest.
+    `slots` must hold at least `learners` in total; returns (node positions in `slots`, learners each)."""
+    order = np.argsort(-slots, kind="stable")
+    nodes: list[int] = []
+    counts: list[int] = []
+    remaining = learners
+    for n in order:
+        take = int(min(slots[n], remaining))
+        if take <= 0:
+            break
+        nodes.append(int(n))
+        counts.append(take)
+        remaining -= take
+        if remaining == 0:
+            break
+    # The last node only needs `counts[-1]` slots: swap in the tightest node that has that many.
+    last_need = counts[-1]
+    used = set(nodes[:-1])
+    candidates = [int(n) for n in np.flatnonzero(slots >= last_need) if int(n) not in used]
+    if candidates:
+        nodes[-1] = min(candidates, key=lambda n: (int(slots[n]), n))
+    return nodes, counts
+
+
+def best_spanning(groups: Iterable[npt.NDArray[np.bool_]], slots_all: npt.NDArray[np.int64], learners: int,
+                  free: FreeCapacity, gpus_per_learner: int) -> tuple[list[int], list[int]] | None:
+    """The best multi-server placement inside any one of `groups` (node masks): fewest servers, then the
+    fewest free GPUs left on them; the first group wins ties. None if no group has room for the gang.
+
+    Each group is searched on its own nodes only, so many small groups (racks) cost little.
+    """
+    best: tuple[tuple[int, float], list[int], list[int]] | None = None
+    for group in groups:
+        idx = np.flatnonzero(group)
+        slots = slots_all[idx]
+        if int(np.minimum(slots, learners).sum()) < learners:
+            continue
+        pos, counts = fewest_servers(slots, learners)
+        nodes = [int(idx[p]) for p in pos]
+        key = (len(nodes), float(free.gpus[nodes].sum()) - learners * gpus_per_learner)
+        if best is None or key < best[0]:
+            best = (key, nodes, counts)
+    return None if best is None else (best[1], best[2])
 
 
 def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = None
@@ -121,3 +202,26 @@ def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = Non
     if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and not spec.excluded_types):
         return [cluster.all_nodes_mask]
     return [mask for t, mask in cluster.type_masks if t not in spec.excluded_types]
+
+
+def any_of(groups: Sequence[npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:
+    """The nodes of any of `groups` (type_groups' masks)."""
+    if len(groups) == 1:
+        return groups[0]
+    out = np.zeros_like(groups[0])
+    for g in groups:
+        out |= g
+    return out
+
+
+def pack_by_slots(slots_all: npt.NDArray[np.int64], learners: int, free: FreeCapacity,
+                  groups: Sequence[npt.NDArray[np.bool_]], gpus_per_learner: int
+                  ) -> tuple[list[int], list[int]] | None:
+    """PACK's rule on learner slots a placer computed for its own per-learner amounts: the tightest node
+    that takes the whole gang, else the fewest servers inside one group. None if it fits nowhere."""
+    if not groups:
+        return None
+    node = tightest_node((slots_all >= learners) & any_of(groups), free)
+    if node is not None:
+        return [node], [learners]
+    return best_spanning(groups, slots_all, learners, free, gpus_per_learner)

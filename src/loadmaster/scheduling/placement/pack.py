@@ -11,9 +11,11 @@ from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     Placer,
+    best_spanning,
     failure_reason,
     learner_slots,
     make_allocation,
+    tightest_node,
     type_groups,
     whole_gang_nodes,
 )
@@ -41,43 +43,9 @@ class PackPlacer(Placer):
         whole = whole_gang_nodes(job, learners, free, snap)
         if mask is not None:
             whole &= mask
-        if whole.any():
-            # One server takes the whole gang: the tightest one (fewest free GPUs left), lowest index on ties.
-            node = int(np.argmin(np.where(whole, free.gpus, np.inf)))
+        node = tightest_node(whole, free)
+        if node is not None:
             return make_allocation(job, [node], [learners])
-        slots_all = learner_slots(job, free)
-        best: tuple[int, float, list[int], list[int]] | None = None
-        for group in [mask] if mask is not None else type_groups(snap, job):
-            slots = np.where(group, slots_all, 0)
-            if int(np.minimum(slots, learners).sum()) < learners:
-                continue
-            nodes, counts = _fewest_servers(slots, learners)
-            leftover = float(free.gpus[nodes].sum()) - learners * job.spec.gpus_per_learner
-            key = (len(nodes), leftover)
-            if best is None or key < (best[0], best[1]):
-                best = (len(nodes), leftover, nodes, counts)
-        return None if best is None else make_allocation(job, best[2], best[3])
-
-
-def _fewest_servers(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:
-    """Several nodes, as few as possible: fullest-capacity first, then the tightest node for the rest."""
-    order = np.argsort(-slots, kind="stable")
-    nodes: list[int] = []
-    counts: list[int] = []
-    remaining = learners
-    for n in order:
-        take = int(min(slots[n], remaining))
-        if take <= 0:
-            break
-        nodes.append(int(n))
-        counts.append(take)
-        remaining -= take
-        if remaining == 0:
-            break
-    # The last node only needs `counts[-1]` slots: swap in the tightest node that has that many.
-    last_need = counts[-1]
-    used = set(nodes[:-1])
-    candidates = [int(n) for n in np.flatnonzero(slots >= last_need) if int(n) not in used]
-    if candidates:
-        nodes[-1] = min(candidates, key=lambda n: (int(slots[n]), n))
-    return nodes, counts
+        groups = [mask] if mask is not None else type_groups(snap, job)
+        found = best_spanning(groups, learner_slots(job, free), learners, free, job.spec.gpus_per_learner)
+        return None if found is None else make_allocation(job, *found)

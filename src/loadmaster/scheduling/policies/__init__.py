@@ -5,13 +5,24 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
+from loadmaster.scheduling.policies.drf import DrfPolicy
 from loadmaster.scheduling.policies.fair import FairPolicy
 from loadmaster.scheduling.policies.fifo import FifoPolicy
+from loadmaster.scheduling.policies.las import HetLasPolicy, LasPolicy
+from loadmaster.scheduling.policies.priority import PriorityPolicy
+from loadmaster.scheduling.policies.srtf import SrtfPolicy
+from loadmaster.scheduling.policies.themis import ThemisPolicy
 
 POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
     "fifo-strict": lambda: FifoPolicy(strict=True),
     "fair": FairPolicy,
+    "srtf": SrtfPolicy,
+    "las": LasPolicy,
+    "las-het": HetLasPolicy,
+    "priority": PriorityPolicy,
+    "drf": DrfPolicy,
+    "themis": ThemisPolicy,
 }
 
 

@@ -1,0 +1,267 @@
+"""DRF: dominant resource fairness across tenants over GPUs, CPUs and memory (Ghodsi et al., NSDI'11).
+
+A tenant's dominant share is the largest fraction of any one resource its running jobs hold (usage /
+cluster total, max over GPUs, CPUs, memory), divided by its weight: TenantQuota.gpus where quotas are
+given (weighted DRF), 1 for every tenant where none are. Queued jobs are offered by progressive filling:
+the tenant with the lowest dominant share goes next (FIFO within a tenant), and its share is recomputed
+as soon as one of its jobs starts in this round, so one decide() call fills the cluster the way DRF's
+"give the next task to the poorest user" loop does. Where some tenants have quotas, one with none (or a
+zero quota) is best-effort: it is offered only what is left after every weighted tenant.
+
+Preemptive, because DL jobs hold their GPUs for hours: without preemption whoever reaches an idle cluster
+first keeps it until its jobs end, and progressive filling only ever orders newcomers. Displacement is
+limited the way DRF's guarantee reads: each active tenant (queued or running jobs) is entitled to a
+dominant share of weight / total active weight (what it would get if every tenant wanted everything).
+A job may displace others only if its tenant stays within its entitlement after it starts, and only
+jobs of tenants above theirs can be displaced. A displacement therefore never pushes the displacing
+tenant above its entitlement, so the two tenants cannot trade jobs back and forth; entitlements move only
+when tenants arrive or leave.
+
+CPUs and memory of a job started in this round are counted at its request (the placer may give a CPU-aware
+amount; the gate only learns the GPU count); running jobs count what their allocation holds.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from typing import overload
+
+from loadmaster.scheduling.policies.base import Admission, Gate, Policy
+from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+
+_EPS = 1e-12
+
+
+class DrfGate(Gate):
+    """Per-tenant GPU, CPU and memory usage during one decide() call, and the dominant shares from it."""
+
+    def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota]) -> None:
+        super().__init__(snap)
+        c = snap.cluster
+        total_cpus, total_mem = c.total_cpus, c.total_mem_gb
+        # 1 / total per resource; a resource the cluster does not have counts for nobody.
+        self.inv_total = tuple(1.0 / t if t > 0 else 0.0 for t in (c.total_gpus, total_cpus, total_mem))
+        # decide() runs once per event, so the gate must not walk every running job each time. When
+        # no running job holds CPUs or memory (the free arrays say so in two sums), shares are GPU
+        # shares and the snapshot's per-tenant GPU counts are enough; otherwise a tenant's usage is
+        # summed over its running jobs on first use, for the tenants a round actually asks about.
+        used_cpus = total_cpus - float(snap.free_cpus.sum())
+        used_mem = total_mem - float(snap.free_mem.sum())
+        self.gpus_only = used_cpus <= 1e-6 * max(1.0, total_cpus) and used_mem <= 1e-6 * max(1.0, total_mem)
+        self.usage: dict[str, list[float]] = {}
+        self.running_tenants = tuple(snap.tenant_gpus if self.gpus_only else snap.running_by_tenant)
+        active = set(self.running_tenants) | {j.spec.tenant for j in snap.queued}
+        weighted = any(q.gpus > 0 for q in quotas.values())
+        self.weight: dict[str, float] = {}
+        for t in active:
+            q = quotas.get(t)
+            self.weight[t] = (float(q.gpus) if q is not None else 0.0) if weighted else 1.0
+        total_weight = sum(self.weight.values())
+        # Entitled dominant share divided by weight: the same level for every weighted tenant.
+        self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
+        self._victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
+        self._levels: dict[str, tuple[int, float]] = {}
+        self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+
+    def _usage(self, tenant: str) -> list[float]:
+        """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
+        u = self.usage.get(tenant)
+        if u is None:
+            if self.gpus_only:
+                u = [float(self.snap.tenant_gpus.get(tenant, 0)), 0.0, 0.0]
+            else:
+                u = [0.0, 0.0, 0.0]
+                for job in self.snap.running_by_tenant.get(tenant, ()):
+                    a = job.allocation
+                    if a is not None:
+                        n = len(a.learner_nodes)
+                        u[0] += n * a.gpus_per_learner
+                        u[1] += n * a.cpus_per_learner
+                        u[2] += n * a.mem_gb_per_learner
+            self.usage[tenant] = u
+        return u
+
+    def dominant(self, tenant: str, extra: tuple[float, float, float] = (0.0, 0.0, 0.0)) -> float:
+        """Unweighted dominant share of `tenant`, with `extra` resources added."""
+        u = self._usage(tenant)
+        ig, ic, im = self.inv_total
+        return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
+
+    def share(self, tenant: str) -> tuple[int, float]:
+        """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
+        Cached until the tenant's usage changes: progressive filling asks for it at every step."""
+        level = self._levels.get(tenant)
+        if level is None:
+            w = self.weight.get(tenant, 0.0)
+            d = self.dominant(tenant)
+            level = self._levels[tenant] = (0, d / w) if w > 0 else (1, d)
+        return level
+
+    def within_entitlement(self, job: JobView) -> bool:
+        """Would the job's tenant stay within its entitled dominant share if the job started?"""
+        s = job.spec
+        t = s.tenant
+        fits = self._fits.setdefault(t, {})
+        shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
+        ok = fits.get(shape)
+        if ok is None:
+            w = self.weight.get(t, 0.0)
+            n = s.learners
+            extra = (float(n * s.gpus_per_learner), n * s.cpus_per_learner, n * s.mem_gb_per_learner)
+            ok = fits[shape] = w > 0 and self.dominant(t, extra) <= (self.fair_level + _EPS) * w
+        return ok
+
+    def above_entitlement(self, tenant: str) -> bool:
+        tier, level = self.share(tenant)
+        return tier == 1 or level > self.fair_level + _EPS
+
+    def _move(self, tenant: str, amount: tuple[float, float, float], sign: float) -> None:
+        u = self._usage(tenant)
+        for i in range(3):
+            u[i] += sign * amount[i]
+        self._levels.pop(tenant, None)
+        self._fits.pop(tenant, None)
+
+    def add(self, job: JobView, gpus: int | None = None) -> None:
+        # Per learner: what a running job's allocation holds, else the request. `gpus` may cover only part
+        # of the gang (an elastic job started smaller, or a victim cut to its minimum).
+        a = job.allocation
+        s = job.spec
+        if a is not None:
+            per = (a.gpus_per_learner, a.cpus_per_learner, a.mem_gb_per_learner)
+            learners: float = a.learners
+        else:
+            per = (s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
+            learners = s.learners
+        if gpus is not None and per[0] > 0:
+            learners = gpus / per[0]
+        self._move(s.tenant, (learners * per[0], learners * per[1], learners * per[2]), 1.0)
+
+    def remove(self, job: JobView) -> None:
+        a = job.allocation
+        assert a is not None
+        n = a.learners
+        self._move(job.spec.tenant, (float(a.gpus), n * a.cpus_per_learner, n * a.mem_gb_per_learner), -1.0)
+
+    def admit(self, job: JobView, gpus: int) -> Admission:
+        # DRF is work conserving and never holds a job back: whether a job is within its tenant's
+        # entitlement matters only for displacement (preemptor, may_preempt), so it is not computed here
+        # for every queued job.
+        return Admission.GUARANTEED
+
+    def victims_of(self, tenant: str, key: Callable[[JobView], tuple[float, ...]]
+                   ) -> list[tuple[tuple[float, ...], JobView]]:
+        """A tenant's running jobs in victim order (sorted once a round, on first use)."""
+        if tenant not in self._victims:
+            jobs = self.snap.running_by_tenant.get(tenant, ())
+            self._victims[tenant] = sorted(((key(j), j) for j in jobs), key=lambda kv: kv[0])
+        return self._victims[tenant]
+
+
+class _ProgressiveOrder(Sequence[JobView]):
+    """Queued jobs in progressive-filling order, computed lazily: iterating asks the gate for the current
+    shares, so a tenant whose job decide() has just started drops back. Iterate it once; indexing gives
+    the order the shares give at that moment."""
+
+    def __init__(self, gate: DrfGate, queued: Sequence[JobView]) -> None:
+        self.gate = gate
+        self.by_tenant: dict[str, list[JobView]] = {}
+        for job in sorted(queued, key=lambda j: (j.spec.submit_time_s, j.spec.job_id)):
+            self.by_tenant.setdefault(job.spec.tenant, []).append(job)
+        self._len = len(queued)
+        self._list: list[JobView] | None = None
+
+    def __iter__(self) -> Iterator[JobView]:
+        share = self.gate.share
+        by_tenant = self.by_tenant
+        # (tier, weighted share, submit time of the tenant's next job, tenant, index of that job). An
+        # entry goes stale when its tenant's usage changes (a start, or a victim released) and is
+        # refreshed when it reaches the top. A tenant's share can only fall while it is not on top
+        # (victims), so a stale entry is offered late at worst, never early.
+        heap = [(*share(t), js[0].spec.submit_time_s, t, 0) for t, js in by_tenant.items()]
+        heapq.heapify(heap)
+        while heap:
+            tier, level, _, t, i = top = heap[0]
+            now = share(t)
+            if now[0] != tier or now[1] != level:
+                heapq.heapreplace(heap, (*now, top[2], t, i))
+                continue
+            jobs = by_tenant[t]
+            yield jobs[i]
+            i += 1
+            if i == len(jobs):
+                heapq.heappop(heap)
+                continue
+            now = share(t)
+            entry = (now[0], now[1], jobs[i].spec.submit_time_s, t, i)
+            n = len(heap)
+            # Still no larger than both children (the tenant's share did not grow: nothing started): the
+            # heap stays a heap with the entry in place, no sifting. Else the usual replace.
+            if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
+                heap[0] = entry
+            else:
+                heapq.heapreplace(heap, entry)
+
+    def __len__(self) -> int:
+        return self._len
+
+    @overload
+    def __getitem__(self, i: int) -> JobView: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[JobView]: ...
+
+    def __getitem__(self, i: int | slice) -> JobView | Sequence[JobView]:
+        if self._list is None:
+            self._list = list(iter(self))
+        return self._list[i]
+
+
+class DrfPolicy(Policy):
+    name = "drf"
+    preemptive = True
+
+    def __init__(self, quotas: Mapping[str, TenantQuota] | None = None) -> None:
+        # Quotas given here override the snapshot's (whose GPU quotas are the weights).
+        self.quotas = dict(quotas) if quotas else None
+        # The gate of the snapshot being decided: decide() asks for gate() and then rank(), and the
+        # order must follow the usage the gate books as jobs start. Held for one call, keyed by snapshot.
+        self._current: tuple[Snapshot, DrfGate] | None = None
+
+    def gate(self, snap: Snapshot) -> DrfGate:
+        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants)
+        self._current = (snap, gate)
+        return gate
+
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        current = self._current
+        gate = current[1] if current is not None and current[0] is snap else self.gate(snap)
+        self._current = None
+        return _ProgressiveOrder(gate, snap.queued)
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        assert isinstance(gate, DrfGate)
+        return gate.within_entitlement(job)
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        assert isinstance(gate, DrfGate)
+        return (victim.spec.tenant != job.spec.tenant and gate.above_entitlement(victim.spec.tenant)
+                and gate.within_entitlement(job))
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        # Only tenants above their entitlement can lose jobs: walk just theirs, merged in victim order,
+        # re-checking as shares fall with each release.
+        assert isinstance(gate, DrfGate)
+
+        def key(v: JobView) -> tuple[float, ...]:
+            return self.victim_key(snap, v)
+
+        mine = job.spec.tenant
+        lists = [gate.victims_of(t, key) for t in gate.running_tenants if t != mine and gate.above_entitlement(t)]
+        return (v for _, v in heapq.merge(*lists, key=lambda kv: kv[0])
+                if self.may_preempt(snap, gate, job, v))
+
+    def preemption_scope(self, job: JobView) -> object:
+        return job.spec.tenant

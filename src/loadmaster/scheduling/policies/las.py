@@ -1,0 +1,210 @@
+"""Tiresias' discretized two-dimensional least-attained-service (Gu et al., NSDI'19), and a
+heterogeneity-aware variant in the spirit of Gavel's (Narayanan et al., OSDI'20).
+
+`las`: a job's attained service is GPU-seconds (GPUs x time held, both dimensions at once). K queues split
+at `thresholds`; a job starts in the first and moves down as its service crosses each threshold. Queues
+are served in order, FIFO by submit time within one. A job may displace running jobs of a *lower* queue
+only, never of its own, so jobs of similar service do not swap back and forth (Tiresias discretizes
+priorities for exactly this reason: continuous LAS preempts at every small difference).
+
+Starvation guard (Tiresias' STARVELIMIT, with the knob the Tiresias simulator calls solve_starvation): a
+queued job that has already been demoted and has waited at least `starve_factor` x its executed time is
+promoted to the first queue. Tiresias then resets its executed time, so it stays promoted until it has
+crossed the first threshold again; this policy keeps no state between calls, so it reads the same thing
+off the job view: a running job that was promoted when it started counts only the service of this run.
+After a later preemption it is judged on all its service again (a slightly stricter guard than Tiresias',
+whose executed time stays reset).
+
+The queue of a job changes with time alone (a running job crosses a threshold, a waiting job starves),
+so `round_s` asks the shell to decide again at least that often while jobs wait.
+
+Defaults and where they come from:
+- thresholds (3250,): two queues split at 3,250 GPU-seconds, the first queue limit in Tiresias' public
+  simulator (SymbioticLab/Tiresias, simulator/jobs.py: queue_limit = [3250, 7200, 18000]; its
+  two-queue examples split at one such limit).
+- starve_factor 8: the Tiresias simulator evaluates the knob at 0.5, 1, 2, 4, 8, 10, 100 and 1000
+  (run_sim.py, dlas-gpu-N); see docs/policies.md for why 8 here.
+- round_s 60: see docs/policies.md (a demotion or promotion is noticed within a minute; far below the
+  ~400 s an 8-GPU job needs to cross 3,250 GPU-seconds, and cheap: a decide() per waiting minute).
+
+`las-het` measures attained service as *work*: GPU-seconds weighted by the job's speed on the placement it
+ran on relative to its best one (gpus x work done, in work-seconds of the best placement), so a job that
+ran on a slow GPU has attained less and keeps its priority longer; and it asks placers for the GPU types
+on which the job itself runs fastest.
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_right
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from itertools import takewhile
+
+from loadmaster.scheduling.policies.base import Gate
+from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
+from loadmaster.scheduling.policies.srtf import (
+    DEFAULT_CHECKPOINT_INTERVAL_S,
+    DEFAULT_RESTART_OVERHEAD_S,
+    checkpointed_this_run,
+    preemption_loss_gpu_s,
+)
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+TIRESIAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3250.0,)
+DEFAULT_STARVE_FACTOR = 8.0
+DEFAULT_ROUND_S = 60.0
+
+# Relative training throughput per GPU type, V100 = 1.0: the same numbers as the simulator's
+# DEFAULT_TYPE_SPEED (sim/perf.py, medians over Gavel's models), repeated because scheduling may not
+# import sim. Used only to order GPU types for jobs that carry no per-type speeds of their own.
+DEFAULT_TYPE_SPEED: Mapping[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0}
+
+
+class LasPolicy(KeyedPolicy):
+    name = "las"
+
+    def __init__(self, thresholds: Sequence[float] = TIRESIAS_THRESHOLDS_GPU_S,
+                 starve_factor: float | None = DEFAULT_STARVE_FACTOR,
+                 round_s: float | None = DEFAULT_ROUND_S,
+                 hold_until_checkpoint: bool = True,
+                 checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+                 restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
+        if list(thresholds) != sorted(thresholds) or any(t <= 0 for t in thresholds):
+            raise ValueError(f"LAS thresholds must be positive and increasing, got {list(thresholds)}")
+        self.thresholds = tuple(float(t) for t in thresholds)
+        self.starve_factor = starve_factor
+        self.round_s = round_s
+        self.hold_until_checkpoint = hold_until_checkpoint
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.restart_overhead_s = restart_overhead_s
+        # Each job's queue at one snapshot, computed once: rank() sorts by it and decide() asks again for
+        # every job that does not fit and every victim candidate. Held for the snapshot last asked about.
+        self._queues: tuple[Snapshot, dict[int, tuple[JobView, int]]] | None = None
+
+    # -- attained service: what `las-het` redefines ---------------------------------------------------
+    def service(self, job: JobView, clock: float) -> float:
+        """Attained service at `clock`: GPU-seconds."""
+        return job.attained_at(clock)
+
+    def service_before_run(self, job: JobView) -> float:
+        """Attained service when the current run began (all of it for a waiting job)."""
+        return job.attained_gpu_s
+
+    # -- queues ---------------------------------------------------------------------------------------
+    def _starving(self, job: JobView, waited_s: float) -> bool:
+        """Promote a demoted job that has waited `starve_factor` x the time it has run."""
+        if self.starve_factor is None or not self.thresholds:
+            return False
+        before = self.service_before_run(job)
+        if before < self.thresholds[0]:
+            return False  # still in the first queue: nothing to promote
+        gpus = job.spec.gpus
+        executed = job.attained_gpu_s / gpus if gpus > 0 else 0.0
+        return executed > 0 and waited_s >= self.starve_factor * executed
+
+    def queue(self, snap: Snapshot, job: JobView) -> int:
+        """0 is served first; len(thresholds) last."""
+        memo = self._queues
+        if memo is None or memo[0] is not snap:
+            memo = self._queues = (snap, {})
+        # Keyed by identity (hashing a JobView would hash all its fields); the entry holds the view, so
+        # its id cannot be reused by another object while the entry lives.
+        hit = memo[1].get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        q = self._queue(snap, job)
+        memo[1][id(job)] = (job, q)
+        return q
+
+    def _queue(self, snap: Snapshot, job: JobView) -> int:
+        clock = snap.clock
+        service = self.service(job, clock)
+        if job.allocation is None:
+            if service < self.thresholds[0]:
+                return 0  # the common case: a job that has not yet used up its first queue
+            return 0 if self._starving(job, clock - job.queued_since) else bisect_right(self.thresholds, service)
+        # A running view keeps queued_since and started_at: whether it was promoted when it started.
+        if job.started_at is not None and self._starving(job, job.started_at - job.queued_since):
+            service -= self.service_before_run(job)
+        return bisect_right(self.thresholds, service)
+
+    def key(self, snap: Snapshot, job: JobView) -> Key:
+        return (float(self.queue(snap, job)),)
+
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        # Queues in order, FIFO by submit time within one. Each queue is computed once here and reused
+        # by the preemption hooks through the memo.
+        queue = self.queue
+        return sorted(snap.queued, key=lambda j: (queue(snap, j), j.spec.submit_time_s, j.spec.job_id))
+
+    def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
+        """May `victim` be displaced at all now? With hold_until_checkpoint, only once it has saved a
+        checkpoint since it (re)started: a run cut short before that is wholly lost."""
+        return not self.hold_until_checkpoint or checkpointed_this_run(victim, snap.clock,
+                                                                       self.checkpoint_interval_s)
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        return self.queue(snap, victim) > self.queue(snap, job) and self.displaceable(snap, victim)
+
+    def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
+        # Displaceable jobs first, the lowest queue first among them; within a queue the one that queue's
+        # FIFO order serves last (Tiresias gives GPUs in queue order, so the tail of the lowest queue
+        # loses them), then the one whose preemption wastes the fewest GPU-seconds.
+        loss = preemption_loss_gpu_s(victim, snap.clock, self.checkpoint_interval_s, self.restart_overhead_s)
+        return (0.0 if self.displaceable(snap, victim) else 1.0, -float(self.queue(snap, victim)),
+                -victim.spec.submit_time_s, loss)
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        # Victims come sorted displaceable first, lowest queue first: the first one that is held or in
+        # the job's own queue or above ends the scan, instead of walking every running job for each job
+        # that cannot displace anyone.
+        mine = self.queue(snap, job)
+        return takewhile(lambda v: self.queue(snap, v) > mine and self.displaceable(snap, v), victims())
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        # A job in the last queue has nobody below it.
+        return self.queue(snap, job) < len(self.thresholds)
+
+
+class HetLasPolicy(LasPolicy):
+    """Heterogeneity-aware LAS: service is work done, and jobs go to the GPU types they run fastest on."""
+
+    name = "las-het"
+
+    def __init__(self, thresholds: Sequence[float] = TIRESIAS_THRESHOLDS_GPU_S,
+                 starve_factor: float | None = DEFAULT_STARVE_FACTOR,
+                 round_s: float | None = DEFAULT_ROUND_S,
+                 hold_until_checkpoint: bool = True,
+                 checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+                 restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S,
+                 type_speed: Mapping[str, float] | None = None) -> None:
+        super().__init__(thresholds, starve_factor, round_s, hold_until_checkpoint, checkpoint_interval_s,
+                         restart_overhead_s)
+        self.type_speed = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
+
+    def service(self, job: JobView, clock: float) -> float:
+        # Work-seconds are seconds on the job's best placement: a second on a GPU at a fifth of the speed
+        # adds a fifth. Work lost to a preemption (since the last checkpoint) was not attained.
+        return job.spec.gpus * job.work_at(clock)
+
+    def service_before_run(self, job: JobView) -> float:
+        return job.spec.gpus * job.work_done_s
+
+    def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
+        types = snap.cluster.gpu_types
+        spec = job.spec
+        if len(types) <= 1 or spec.gpus_per_learner == 0:
+            return None
+        # The job's own speeds when the trace has them (Gavel's per-type throughputs), else the default
+        # table; a type the job has no number for comes after those it has, in the table's order. Ties
+        # keep the cluster's order. Types where the job cannot run (speed 0) are left to the placer,
+        # which never offers them.
+        own = dict(spec.type_speed) if spec.type_speed is not None else {}
+
+        def order(i_t: tuple[int, str]) -> tuple[int, float, int]:
+            i, t = i_t
+            if t in own:
+                return (0, -own[t], i)
+            return (1, -self.type_speed.get(t, 1.0), i)
+
+        return [t for _, t in sorted(enumerate(types), key=order)]

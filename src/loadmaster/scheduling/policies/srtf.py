@@ -1,0 +1,89 @@
+"""SRTF: shortest remaining time first, preemptive.
+
+The key is the job's expected remaining work in work-seconds (seconds on its best placement, what
+JobView.remaining_at gives), not remaining wall time at its current rate: a job's key must not jump when
+it moves to a slower GPU type or while it waits with rate 0, or two jobs could swap back and forth.
+
+A running job is displaced only when that shortens the pair's total completion time. Preempting victim v
+for job j makes v redo the work since its last checkpoint and pay a restart: with r the remaining work,
+finishing v first costs 2·r_v + r_j, preempting costs 2·r_j + r_v + lost_v + restart, so it pays only if
+r_v - lost_v - restart > r_j. That margin also rules out thrashing: after the swap the victim waits with
+r_v + lost_v, more than r_j, and a running job's remaining work only falls, so it can never win back.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Sequence
+from itertools import takewhile
+
+from loadmaster.scheduling.policies.base import Gate
+from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+# The simulator's defaults (sim.simulator.SimConfig); scheduling may not import sim, so they are repeated
+# here. They only shape the estimate of what a preemption costs, never what the simulator charges.
+DEFAULT_CHECKPOINT_INTERVAL_S = 900.0
+DEFAULT_RESTART_OVERHEAD_S = 30.0
+
+
+def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
+    """Work-seconds a running job would lose if preempted at `clock` (all of it without checkpoints)."""
+    work = job.work_at(clock)
+    if checkpoint_interval_s <= 0:
+        return work
+    return work - math.floor(work / checkpoint_interval_s) * checkpoint_interval_s
+
+
+def preemption_loss_gpu_s(job: JobView, clock: float, checkpoint_interval_s: float,
+                          restart_overhead_s: float) -> float:
+    """GPU-seconds a preemption of running `job` at `clock` wastes: the wall time of the work since its
+    last checkpoint, plus the restart it will pay, on each of its GPUs."""
+    lost_work = work_since_checkpoint(job, clock, checkpoint_interval_s)
+    wall = lost_work / job.rate if job.rate > 0 else 0.0
+    return job.spec.gpus * (wall + restart_overhead_s)
+
+
+def checkpointed_this_run(job: JobView, clock: float, checkpoint_interval_s: float) -> bool:
+    """Has running `job` saved a checkpoint since it (re)started? Until then a preemption undoes the
+    whole run. Always true without periodic checkpoints (nothing would ever be kept)."""
+    if checkpoint_interval_s <= 0:
+        return True
+    at_start = math.floor(job.work_done_s / checkpoint_interval_s)
+    return math.floor(job.work_at(clock) / checkpoint_interval_s) > at_start
+
+
+class SrtfPolicy(KeyedPolicy):
+    name = "srtf"
+
+    def __init__(self, checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+                 restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.restart_overhead_s = restart_overhead_s
+
+    def key(self, snap: Snapshot, job: JobView) -> Key:
+        return (job.remaining_at(snap.clock),)
+
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        # KeyedPolicy's order, with the key inlined: this sort runs over the whole queue every decision.
+        clock = snap.clock
+        return sorted(snap.queued, key=lambda j: (j.remaining_at(clock), j.spec.submit_time_s, j.spec.job_id))
+
+    def displaceable(self, snap: Snapshot, victim: JobView) -> float:
+        """The remaining work a job must beat to displace `victim`: its own, less what preempting it costs."""
+        clock = snap.clock
+        lost = work_since_checkpoint(victim, clock, self.checkpoint_interval_s)
+        return victim.remaining_at(clock) - lost - self.restart_overhead_s
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        return self.displaceable(snap, victim) > job.remaining_at(snap.clock)
+
+    def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
+        # The victim with most to gain from being displaced first; ties: the most recently started.
+        return (-self.displaceable(snap, victim), -(victim.started_at or 0.0))
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        # Victims come sorted by victim_key, i.e. by falling displaceable(): once one may not be displaced,
+        # none after it may, so the scan stops there instead of walking every running job.
+        return takewhile(lambda v: self.may_preempt(snap, gate, job, v), victims())

@@ -1,0 +1,384 @@
+"""Themis: finish-time fairness with leases (Mahajan et al., "Themis: Fair and Efficient GPU Cluster
+Scheduling", NSDI'20).
+
+Finish-time fairness of a job is rho = T_shared / T_ideal: its finish time in the shared cluster over its
+finish time on a private 1/N share of the cluster (N contending jobs). rho <= 1 means the job does at least
+as well as on its own slice. Themis' arbiter periodically offers the GPUs that are free or whose lease has
+expired to the 1 - f fraction of jobs with the worst rho (f, the fairness knob, in [0, 1)); those jobs bid
+their placement-aware valuation of each allocation, the winners get the GPUs for one lease, and what the
+offered jobs cannot use goes to the others for efficiency.
+
+Mapped onto the Policy interface (decide() does the placing and preempting):
+- rho is estimated at snap.clock for every queued job, once per snapshot:
+  T_shared_est = (clock - submit) + remaining work / expected rate (the job's best effective speed among
+  the GPU types that could take its gang now), T_ideal = duration_s x max(1, gpus / (cluster_gpus / N)),
+  N = queued + running jobs. The same definition as the rho in summary.json (docs/performance-model.md),
+  with the instantaneous N instead of its average over the job's life.
+- The offered set is the ceil((1 - f) x Q) queued jobs with the worst rho (Q queued jobs, at least one).
+  The fraction is taken of the queued jobs because only they can bid: a running gang here is rigid and
+  cannot use more GPUs, so a running job among "the worst 1 - f" would waste its offer.
+- rank(): offered jobs first, worst rho first; then the rest by least remaining GPU-time (leftover GPUs go
+  where they finish work soonest: efficiency).
+- Leases: a job holds its GPUs for lease_s from its start. Only an offered job may preempt, and only a
+  running job whose lease has expired and whose rho, counting what the preemption costs it (the work since
+  its last checkpoint and a restart), stays below the offered job's rho: the swap then lowers the larger
+  of the two rhos instead of trading places, and a fresh lease protects the winner from being displaced
+  back at once. A job within its lease is never displaced.
+- type_preference() is the job's bid: GPU types ordered by the rho the job would reach there, i.e. by its
+  effective speed (its own throughput on the type relative to its best, times the locality slowdown of
+  its model family when the gang cannot fit on one server of that type now).
+- round_s = lease_s: the shell decides at least once a lease while jobs wait, so expired leases are
+  re-offered even when no job arrives or ends.
+
+Everything derived from a snapshot is computed once per snapshot (rank() pays O(Q log Q)); may_preempt()
+and victim_key() are dictionary look-ups plus O(1) arithmetic per running job.
+
+Defaults and where they come from:
+- fairness_knob f = 0.8 (offers go to the worst 20%): the value the Themis paper evaluates with, from our
+  reading of it; the authors' own YARN integration (ThemisConfiguration, themis.fairness.knob = 0.2, the
+  fraction offered) and their simulator (com.wisr.mlsched ThemisInterJobScheduler: jobs considered =
+  max(1, floor(knob x jobs))) give the same 20%.
+- lease_s = 600 (10 minutes): the paper's lease, from our reading; the authors' YARN integration defaults
+  to 5 minutes (themis.lease.mins) and their simulator scripts sweep 5-80.
+- checkpoint_interval_s = 900, restart_overhead_s = 30: the simulator's defaults (sim.simulator.SimConfig),
+  repeated because scheduling may not import sim; they only shape the estimate of what a preemption costs.
+See docs/policies.md (## themis) for measurements.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import takewhile
+from operator import itemgetter
+
+import numpy as np
+import numpy.typing as npt
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import JobSpec
+from loadmaster.core.profiles import family_of
+from loadmaster.scheduling.policies.base import Gate, Policy
+from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+DEFAULT_FAIRNESS_KNOB = 0.8
+DEFAULT_LEASE_S = 600.0
+DEFAULT_CHECKPOINT_INTERVAL_S = 900.0
+DEFAULT_RESTART_OVERHEAD_S = 30.0
+
+# Relative training throughput per GPU type, V100 = 1.0: the simulator's DEFAULT_TYPE_SPEED (sim/perf.py,
+# medians over Gavel's models), repeated because scheduling may not import sim. Only used to value GPU
+# types for jobs that carry no per-type speeds of their own; unknown types count as 1.0, as there.
+DEFAULT_TYPE_SPEED: Mapping[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0}
+
+_TINY = 1e-9
+
+# A bid: GPU types in order of preference (None: any, the placer's choice) and the best effective speed.
+_Bid = tuple[tuple[str, ...] | None, float]
+
+
+@dataclass(frozen=True)
+class _ClusterFacts:
+    """What Themis needs of a cluster, computed once per cluster (clusters are immutable)."""
+
+    cluster: Cluster
+    total_gpus: int
+    uniform: bool  # every GPU type worth the same to a job without speeds of its own
+    types: tuple[str, ...]
+    order: npt.NDArray[np.intp]  # the GPU nodes grouped by type, in `types` order
+    starts: npt.NDArray[np.intp]  # where each type's group begins in `order`
+    largest: tuple[float, ...]  # the largest server of each type
+    default_speed: Mapping[str, float]  # per type, for jobs without speeds of their own, best type = 1
+
+    @classmethod
+    def of(cls, cluster: Cluster, type_speed: Mapping[str, float]) -> _ClusterFacts:
+        masks = cluster.type_masks
+        groups = [np.flatnonzero(mask) for _, mask in masks]
+        order = np.concatenate(groups) if groups else np.zeros(0, dtype=np.intp)
+        starts = np.cumsum([0] + [len(g) for g in groups[:-1]]).astype(np.intp)
+        caps = cluster.gpu_capacity
+        types = tuple(t for t, _ in masks)
+        raw = {t: type_speed.get(t, 1.0) for t in types}
+        best = max(raw.values(), default=1.0)
+        return cls(cluster, cluster.total_gpus, len(set(raw.values())) <= 1, types, order, starts,
+                   tuple(float(caps[g].max()) for g in groups),
+                   {t: s / best if best > 0 else 1.0 for t, s in raw.items()})
+
+
+_VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
+
+
+def _ideal_s(spec: JobSpec, share: float) -> float:
+    """Finish time on a private 1/N share: a gang wider than the share runs proportionally slower."""
+    gpus = spec.learners * spec.gpus_per_learner
+    slower = gpus / share if 0 < share < gpus else 1.0  # a GPU-less cluster: no share at all
+    return max(spec.duration_s * slower, _TINY)
+
+
+def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, restart: float) -> float:
+    """rho of a running job stopped at `clock` and restarted at once at its current rate: it redoes the
+    work since its last checkpoint (all of it without checkpoints) and pays a restart."""
+    spec = victim.spec
+    work = victim.work_at(clock)
+    lost = work % ckpt if ckpt > 0 else work
+    remaining = max(0.0, spec.duration_s - work)
+    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(victim.rate, _TINY)
+    return shared / _ideal_s(spec, share)
+
+
+class _Round:
+    """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
+
+    def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
+        self.policy = policy
+        self.snap = snap
+        self.clock = snap.clock
+        contenders = len(snap.queued) + len(snap.running)
+        self.facts = policy.cluster_facts(snap.cluster)
+        self.share = self.facts.total_gpus / max(contenders, 1)  # GPUs of a private 1/N slice
+        self.valued: dict[tuple[object, ...], list[tuple[float, bool, str]] | None] = {}
+        self.bids: dict[str, _Bid] = {}
+        self._types: dict[str, tuple[float, float, float]] | None = None
+        self.rho: dict[str, float] = {}
+        self._victims: list[tuple[float, float, str, JobView]] | None = None
+        self._victims_min_gpus = math.inf
+        self._victim_rho: dict[str, float] = {}
+        clock = self.clock
+        order = sorted(((self.queued_rho(j), j) for j in snap.queued),
+                       key=lambda rj: (-rj[0], rj[1].spec.submit_time_s, rj[1].job_id))
+        k = policy.offer_count(len(order))
+        self.offered = frozenset(j.job_id for _, j in order[:k])
+        rest = sorted((j for _, j in order[k:]),
+                      key=lambda j: (j.remaining_at(clock) * j.spec.gpus, j.spec.submit_time_s, j.job_id))
+        self.ranked: list[JobView] = [j for _, j in order[:k]] + rest
+
+    # -- rho ------------------------------------------------------------------------------------------
+    def ideal_s(self, spec: JobSpec) -> float:
+        return _ideal_s(spec, self.share)
+
+    def queued_rho(self, job: JobView) -> float:
+        """rho if the job started now on the best GPU type that could take it."""
+        speed = self.bid(job)[1]
+        shared = (self.clock - job.spec.submit_time_s) + job.remaining_at(self.clock) / max(speed, _TINY)
+        rho = shared / self.ideal_s(job.spec)
+        self.rho[job.job_id] = rho
+        return rho
+
+    def rho_of(self, job: JobView) -> float:
+        rho = self.rho.get(job.job_id)
+        return self.queued_rho(job) if rho is None else rho
+
+    def rho_if_preempted(self, victim: JobView) -> float:
+        """A running job's rho if it were stopped now and restarted at once at its current speed: it redoes
+        the work since its last checkpoint and pays a restart."""
+        rho = self._victim_rho.get(victim.job_id)
+        if rho is None:
+            p = self.policy
+            rho = _rho_if_preempted(victim, self.clock, self.share, p.checkpoint_interval_s, p.restart_overhead_s)
+            self._victim_rho[victim.job_id] = rho
+        return rho
+
+    def lease_expired(self, victim: JobView) -> bool:
+        # A running job without a recorded start holds no lease the policy knows of.
+        started = victim.started_at
+        return started is None or self.clock >= started + self.policy.lease_s
+
+    def victims(self, rho: float) -> list[tuple[float, float, str, JobView]]:
+        """Running jobs whose lease has expired and that a job of this `rho` might displace, by rising
+        rho-if-preempted (then the latest started). Protected jobs are never valued.
+
+        This is the policy's hot spot on a large cluster (it looks at every running job), so it skips
+        those that provably stay at or above `rho`. A job that can never run faster than its nominal gang
+        on its best placement (rate <= 1) has done no more work than the time since it was submitted, so if
+        preempted, T_shared >= duration + restart, and rho_if_preempted >= share / gpus (>= 1 for a gang no
+        wider than the share). With rho <= 1 (typically a wide job waiting for room) only gangs wider than
+        share / rho can qualify, usually none or a few. Built once per snapshot for the lowest such width
+        asked for (the worst-rho job asks first); a list built for a lower width serves every later ask,
+        since the caller stops at the first victim whose rho is not below its own."""
+        min_gpus = -1.0 if rho > 1.0 else (self.share / rho if rho > 0 else math.inf)
+        if self._victims is None or min_gpus < self._victims_min_gpus:
+            p = self.policy
+            clock, share = self.clock, self.share
+            cutoff = clock - p.lease_s
+            ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
+            known = self._victim_rho
+            entries = []
+            for v in self.snap.running:
+                started = v.started_at
+                if started is not None and started > cutoff:
+                    continue
+                spec = v.spec
+                if (spec.learners * spec.gpus_per_learner <= min_gpus
+                        and (spec.max_learners or 0) <= spec.learners):  # may not grow: rate <= 1
+                    continue
+                victim_rho = _rho_if_preempted(v, clock, share, ckpt, restart)
+                known[v.job_id] = victim_rho
+                entries.append((victim_rho, -(started or 0.0), v.job_id, v))
+            entries.sort(key=_VICTIM_ORDER)
+            self._victims = entries
+            self._victims_min_gpus = min_gpus
+        return self._victims
+
+    # -- bids ------------------------------------------------------------------------------------------
+    def type_room(self) -> dict[str, tuple[float, float, float]]:
+        """Per GPU type: free GPUs, the most free on one server, the largest server (computed on first use)."""
+        if self._types is None:
+            facts = self.facts
+            free = self.snap.free_gpus[facts.order]
+            totals = np.add.reduceat(free, facts.starts).tolist() if free.size else []
+            most = np.maximum.reduceat(free, facts.starts).tolist() if free.size else []
+            self._types = {t: (totals[i], most[i], facts.largest[i]) for i, t in enumerate(facts.types)}
+        return self._types
+
+    def bid(self, job: JobView) -> _Bid:
+        """The job's bid: the GPU types it accepts now, best first, and the speed it expects to start at.
+
+        Types are valued by the job's effective speed there (see valuation()); the rho it would reach on a
+        type falls as the speed rises, so this is the order of its valuations. A slower type is accepted
+        only once waiting has cost the job as much as running there would (ski rental: wait for the better
+        type while the wait is cheaper than the slowdown, at least one lease, since the arbiter re-offers
+        GPUs every lease), so a job never settles for a 5x slower GPU that a short wait would have spared
+        it, and never waits more than about twice the better of the two choices.
+        """
+        found = self.bids.get(job.job_id)
+        if found is not None:
+            return found
+        valued = self.valuation(job.spec)
+        if valued is None:
+            found = (None, 1.0)
+        else:
+            best = valued[0][0]
+            remaining = job.remaining_at(self.clock)
+            patience = max(self.policy.lease_s, self.clock - job.queued_since)
+            accepted = [(e, ok, t) for e, ok, t in valued if remaining * (1.0 / e - 1.0 / best) <= patience]
+            # The best accepted type that could take the gang now sets the expected speed; if none can, the
+            # best type will, once GPUs free up there.
+            speed = next((e for e, ok, _ in accepted if ok), best)
+            same = len(accepted) == len(valued) and valued[-1][0] > best - 1e-12
+            found = (None if same else tuple(t for _, _, t in accepted), speed)
+        self.bids[job.job_id] = found
+        return found
+
+    def valuation(self, spec: JobSpec) -> list[tuple[float, bool, str]] | None:
+        """(effective speed, could take the gang now, type) for each type the job runs on, fastest first;
+        None when every type is worth the same to it (or it needs no GPU): then the placer chooses."""
+        if spec.gpus_per_learner == 0 or (self.facts.uniform and spec.type_speed is None):
+            return None
+        family = family_of(spec.model) if spec.learners > 1 else None
+        key = (spec.learners, spec.gpus_per_learner, spec.type_speed, family)
+        if key not in self.valued:
+            self.valued[key] = self._value_types(spec, family.cross_node_slowdown if family else 0.0)
+        return self.valued[key]
+
+    def _value_types(self, spec: JobSpec, cross_node_slowdown: float) -> list[tuple[float, bool, str]] | None:
+        gpus = spec.learners * spec.gpus_per_learner
+        per = spec.gpus_per_learner
+        room = self.type_room()
+        # Speeds relative to the job's best type here, as the simulator's performance model counts them.
+        listed = dict(spec.type_speed or ())
+        best_listed = max((s for t, s in listed.items() if t in room), default=1.0)
+        defaults = self.facts.default_speed
+        valued: list[tuple[float, bool, str]] = []
+        for t, (free_total, free_node, node_cap) in room.items():
+            raw = listed.get(t)
+            speed = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+            if speed <= 0:
+                continue  # the job does not run there at all
+            available = free_total >= gpus and free_node >= per
+            # One server keeps the gang's all-reduce local; spanning servers costs its family's slowdown.
+            one_server = (free_node if available else node_cap) >= gpus
+            effective = speed if one_server else speed / (1.0 + cross_node_slowdown)
+            valued.append((effective, available, t))
+        if not valued or max(v[0] for v in valued) - min(v[0] for v in valued) < 1e-12:
+            return None
+        valued.sort(key=lambda v: -v[0])
+        return valued
+
+
+class ThemisPolicy(Policy):
+    name = "themis"
+    preemptive = True
+
+    def __init__(self, fairness_knob: float = DEFAULT_FAIRNESS_KNOB, lease_s: float = DEFAULT_LEASE_S,
+                 checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+                 restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S,
+                 type_speed: Mapping[str, float] | None = None) -> None:
+        if not 0.0 <= fairness_knob < 1.0:
+            raise ValueError(f"fairness_knob must be in [0, 1), got {fairness_knob}")
+        if not lease_s > 0:
+            raise ValueError(f"lease_s must be > 0, got {lease_s}")
+        self.fairness_knob = fairness_knob
+        self.lease_s = float(lease_s)
+        self.round_s = self.lease_s
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.restart_overhead_s = restart_overhead_s
+        self.type_speed: Mapping[str, float] = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
+        self._last: _Round | None = None
+        self._facts: _ClusterFacts | None = None
+
+    def offer_count(self, queued: int) -> int:
+        """How many of `queued` waiting jobs get the offer: the worst 1 - f fraction, at least one."""
+        if queued == 0:
+            return 0
+        return min(queued, max(1, math.ceil((1.0 - self.fairness_knob) * queued - 1e-9)))
+
+    def cluster_facts(self, cluster: Cluster) -> _ClusterFacts:
+        """The cluster's GPUs and types, kept for the last cluster seen. `uniform` marks clusters whose GPU
+        types are all worth the same to a job without speeds of its own (one type, or types the speed
+        table does not tell apart, like Philly's 12gb/24gb): type preferences then say nothing."""
+        facts = self._facts
+        if facts is None or facts.cluster is not cluster:
+            facts = _ClusterFacts.of(cluster, self.type_speed)
+            self._facts = facts
+        return facts
+
+    def _round(self, snap: Snapshot) -> _Round:
+        # One _Round per snapshot: decide() calls rank() once, then may_preempt()/victim_key() many times.
+        last = self._last
+        if last is None or last.snap is not snap:
+            last = _Round(self, snap)
+            self._last = last
+        return last
+
+    # -- the Policy interface ----------------------------------------------------------------------------
+    def rank(self, snap: Snapshot) -> Sequence[JobView]:
+        return self._round(snap).ranked
+
+    def rho(self, snap: Snapshot, job: JobView) -> float:
+        """The estimated rho of a queued job at snap.clock (what the ranking uses)."""
+        return self._round(snap).rho_of(job)
+
+    def offered(self, snap: Snapshot) -> frozenset[str]:
+        """Ids of the queued jobs that get this round's offer."""
+        return self._round(snap).offered
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        return job.job_id in self._round(snap).offered
+
+    def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
+        rnd = self._round(snap)
+        return (job.job_id in rnd.offered and rnd.lease_expired(victim)
+                and rnd.rho_if_preempted(victim) < rnd.rho_of(job))
+
+    def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
+        # Expired leases first, the job that stays best off after preemption first among them.
+        rnd = self._round(snap)
+        if not rnd.lease_expired(victim):
+            return (1.0, 0.0, 0.0)
+        return (0.0, rnd.rho_if_preempted(victim), -(victim.started_at or 0.0))
+
+    def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
+                          victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
+        # Our own list, not decide's victims(): that one values every running job, this one only those
+        # whose lease has expired. It is sorted by rising rho-if-preempted, so once one may not be
+        # displaced, none after it may.
+        rnd = self._round(snap)
+        if job.job_id not in rnd.offered:
+            return ()
+        rho = rnd.rho_of(job)
+        return (e[3] for e in takewhile(lambda e: e[0] < rho, rnd.victims(rho)))
+
+    def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
+        return self._round(snap).bid(job)[0]
+

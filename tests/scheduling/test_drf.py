@@ -1,0 +1,137 @@
+"""DRF: dominant shares over GPUs, CPUs and memory, progressive filling inside one decide(), weights from
+quotas, and displacement limited to tenants above their entitlement."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given, settings
+
+from loadmaster.core.cluster import Cluster, Node
+from loadmaster.core.job import Allocation, JobSpec, JobStatus
+from loadmaster.scheduling import JobView, Snapshot, TenantQuota, decide, make_placer
+from loadmaster.scheduling.policies import POLICIES
+from loadmaster.scheduling.policies.drf import DrfGate, DrfPolicy
+from loadmaster.sim.experiment import RunOptions, simulate
+from tests.helpers import job, queued, workload
+from tests.scheduling.test_invariants import check_invariants, snapshots
+
+
+def node(i: int, gpus: int = 4, cpus: float = 16, mem: float = 64) -> Node:
+    return Node(f"n{i}", gpus, cpus, mem)
+
+
+def running(spec: JobSpec, nodes: tuple[int, ...], started: float = 0.0) -> JobView:
+    alloc = Allocation(spec.job_id, nodes, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner)
+    return JobView(spec, spec.submit_time_s, allocation=alloc, rate=1.0, as_of=started, started_at=started)
+
+
+def snapshot(c: Cluster, run: tuple[JobView, ...], waiting: tuple[JobView, ...],
+             tenants: dict[str, TenantQuota] | None = None, clock: float = 100.0) -> Snapshot:
+    g, cp, m = c.gpu_capacity.astype(float), c.cpu_capacity.copy(), c.mem_capacity.copy()
+    for v in run:
+        a = v.allocation
+        assert a is not None
+        for n, k in a.per_node().items():
+            g[n] -= k * a.gpus_per_learner
+            cp[n] -= k * a.cpus_per_learner
+            m[n] -= k * a.mem_gb_per_learner
+    return Snapshot.build(clock, c, g, cp, m, waiting, run, tenants)
+
+
+def test_dominant_share_takes_the_scarcest_resource() -> None:
+    # 8 GPUs, 32 CPUs, 128 GB. A holds 1 GPU and 16 CPUs (CPU share 1/2); B holds 2 GPUs (GPU share 1/4).
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", cpus_per_learner=16), (0,))
+    b = running(job("b", tenant="B", gpus=2), (1,))
+    gate = DrfGate(snapshot(c, (a, b), ()), {})
+    assert gate.dominant("A") == 0.5 and gate.dominant("B") == 0.25
+    assert not gate.gpus_only
+
+
+def test_queued_jobs_are_offered_by_dominant_share_not_by_arrival() -> None:
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", cpus_per_learner=16), (0,))
+    b = running(job("b", tenant="B", gpus=2), (1,))
+    waiting = (queued(job("a1", tenant="A", submit=1)), queued(job("b1", tenant="B", submit=2)),
+               queued(job("a2", tenant="A", submit=3)))
+    ranked = list(DrfPolicy().rank(snapshot(c, (a, b), waiting)))
+    # B (1/4) before A (1/2) although A's job came first.
+    assert [j.job_id for j in ranked] == ["b1", "a1", "a2"]
+
+
+def test_progressive_filling_alternates_tenants_within_one_round() -> None:
+    # Idle 4-GPU node; A queued first with four 1-GPU jobs, B later with four: FIFO would give A all
+    # four GPUs, DRF gives each tenant two, one at a time.
+    c = Cluster((node(0),))
+    waiting = tuple(queued(job(f"a{i}", tenant="A", submit=i)) for i in range(4)) + tuple(
+        queued(job(f"b{i}", tenant="B", submit=10 + i)) for i in range(4))
+    plan = decide(Snapshot.idle(0, c, waiting), DrfPolicy(), make_placer("pack"))
+    assert [s.job_id for s in plan.starts] == ["a0", "b0", "a1", "b1"]
+
+
+def test_weights_come_from_gpu_quotas() -> None:
+    c = Cluster((node(0),))
+    quotas = {"A": TenantQuota("A", 3), "B": TenantQuota("B", 1)}
+    waiting = tuple(queued(job(f"a{i}", tenant="A", submit=i)) for i in range(4)) + tuple(
+        queued(job(f"b{i}", tenant="B", submit=i)) for i in range(4))
+    plan = decide(Snapshot.idle(0, c, waiting, quotas), DrfPolicy(), make_placer("pack"))
+    started = [s.job_id for s in plan.starts]
+    assert sorted(started) == ["a0", "a1", "a2", "b0"]
+
+
+def test_tenant_without_quota_is_best_effort_when_others_have_quotas() -> None:
+    c = Cluster((node(0),))
+    quotas = {"A": TenantQuota("A", 4)}
+    waiting = (queued(job("x", tenant="X", submit=0)), queued(job("a", tenant="A", gpus=4, submit=5)))
+    plan = decide(Snapshot.idle(0, c, waiting, quotas), DrfPolicy(), make_placer("pack"))
+    assert [s.job_id for s in plan.starts] == ["a"]
+
+
+def test_preempts_only_a_tenant_above_its_entitlement() -> None:
+    c = Cluster((node(0), node(1)))
+    # A holds all 8 GPUs (entitled to half of them once B is active): B reclaims by preempting A's newest.
+    hog = (running(job("a0", tenant="A", gpus=4), (0,), started=0), running(job("a1", tenant="A", gpus=4), (1,),
+                                                                            started=10))
+    plan = decide(snapshot(c, hog, (queued(job("b0", tenant="B", gpus=4, submit=50)),)), DrfPolicy(),
+                  make_placer("pack"))
+    assert [p.job_id for p in plan.preempts] == ["a1"] and [s.job_id for s in plan.starts] == ["b0"]
+    # A at its entitlement (4 of 8), B wanting more than its half: nobody is displaced.
+    even = (running(job("a0", tenant="A", gpus=4), (0,)), running(job("b0", tenant="B", gpus=4), (1,)))
+    plan2 = decide(snapshot(c, even, (queued(job("b1", tenant="B", gpus=4, submit=50)),)), DrfPolicy(),
+                   make_placer("pack"))
+    assert plan2.preempts == () and plan2.starts == ()
+
+
+def test_registered_with_defaults() -> None:
+    assert POLICIES["drf"]().name == "drf"
+
+
+@settings(max_examples=60, deadline=None)
+@given(snapshots())
+def test_drf_plans_keep_the_invariants_and_displace_only_tenants_above_entitlement(snap: Snapshot) -> None:
+    pol = DrfPolicy()
+    plan = decide(snap, pol, make_placer("pack"))
+    check_invariants(snap, plan, "drf")
+    if plan.preempts:
+        gate = DrfGate(snap, snap.tenants)
+        running = {j.job_id: j for j in snap.running}
+        queued_by_id = {j.job_id: j for j in snap.queued}
+        for p in plan.preempts:
+            assert gate.above_entitlement(running[p.job_id].spec.tenant)
+            assert running[p.job_id].spec.tenant != queued_by_id[p.for_job].spec.tenant
+
+
+def test_simulated_tenants_share_and_every_job_ends() -> None:
+    rng = random.Random(7)
+    c = Cluster(tuple(Node(f"n{i}", 4, 32, 256, rack=f"r{i % 2}") for i in range(4)))
+    specs, t = [], 0.0
+    for i in range(80):
+        t += rng.expovariate(1 / 500)
+        tenant = rng.choice("ABC")
+        specs.append(job(f"j{i}", tenant=tenant, learners=rng.choice([1, 2]), gpus=rng.choice([1, 2, 4]),
+                         cpus_per_learner=rng.choice([0.0, 4.0, 8.0]), duration=float(rng.randint(300, 8000)),
+                         submit=round(t)))
+    run = simulate(workload(*specs), c, RunOptions(policy="drf"))
+    assert all(r.status is JobStatus.COMPLETED for r in run.result.records)
+    assert run.result.preemptions <= len(specs) // 2
