@@ -36,6 +36,15 @@ class Gate:
         """A reason why this job can never run under the tenant's limits, or None."""
         return None
 
+    def victims_of(self, tenant: str, key: Callable[[JobView], tuple[float, ...]]
+                   ) -> list[tuple[tuple[float, ...], JobView]]:
+        """A tenant's running jobs in victim order, with their keys (sorted once a round, on first use)."""
+        cache: dict[str, list[tuple[tuple[float, ...], JobView]]] = self.__dict__.setdefault("_victims_cache", {})
+        if tenant not in cache:
+            jobs = self.snap.running_by_tenant.get(tenant, ())
+            cache[tenant] = sorted(((key(j), j) for j in jobs), key=lambda kv: kv[0])
+        return cache[tenant]
+
 
 class Policy(ABC):
     """Decides order and displacement; placement is left to a Placer.

@@ -60,7 +60,6 @@ class DrfGate(Gate):
         total_weight = sum(self.weight.values())
         # Entitled dominant share divided by weight: the same level for every weighted tenant.
         self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
-        self._victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
         self._levels: dict[str, tuple[int, float]] = {}
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
 
@@ -149,14 +148,6 @@ class DrfGate(Gate):
         # entitlement matters only for displacement (preemptor, may_preempt), so it is not computed here
         # for every queued job.
         return Admission.GUARANTEED
-
-    def victims_of(self, tenant: str, key: Callable[[JobView], tuple[float, ...]]
-                   ) -> list[tuple[tuple[float, ...], JobView]]:
-        """A tenant's running jobs in victim order (sorted once a round, on first use)."""
-        if tenant not in self._victims:
-            jobs = self.snap.running_by_tenant.get(tenant, ())
-            self._victims[tenant] = sorted(((key(j), j) for j in jobs), key=lambda kv: kv[0])
-        return self._victims[tenant]
 
 
 class _ProgressiveOrder(Sequence[JobView]):

@@ -20,7 +20,6 @@ class QuotaGate(Gate):
         super().__init__(snap)
         self.quotas = quotas
         self.usage: dict[str, int] = dict(snap.tenant_gpus)
-        self._victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
 
     def add(self, job: JobView, gpus: int | None = None) -> None:
         if gpus is None:
@@ -45,14 +44,6 @@ class QuotaGate(Gate):
         if used + gpus <= q.max_gpus:
             return Admission.BORROWED
         return Admission.DENIED
-
-    def victims_of(self, tenant: str, key: Callable[[JobView], tuple[float, ...]]
-                   ) -> list[tuple[tuple[float, ...], JobView]]:
-        """A tenant's running jobs in victim order (sorted once a round, on first use)."""
-        if tenant not in self._victims:
-            jobs = self.snap.running_by_tenant.get(tenant, ())
-            self._victims[tenant] = sorted(((key(j), j) for j in jobs), key=lambda kv: kv[0])
-        return self._victims[tenant]
 
     def over_quota(self, tenant: str) -> bool:
         return self.usage.get(tenant, 0) > self.quota(tenant).gpus

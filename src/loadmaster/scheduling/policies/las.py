@@ -149,9 +149,9 @@ class LasPolicy(KeyedPolicy):
         # Displaceable jobs first, the lowest queue first among them; within a queue the one that queue's
         # FIFO order serves last (Tiresias gives GPUs in queue order, so the tail of the lowest queue
         # loses them), then the one whose preemption wastes the fewest GPU-seconds.
+        held = 0.0 if self.displaceable(snap, victim) else 1.0
         loss = preemption_loss_gpu_s(victim, snap.clock, self.checkpoint_interval_s, self.restart_overhead_s)
-        return (0.0 if self.displaceable(snap, victim) else 1.0, -float(self.queue(snap, victim)),
-                -victim.spec.submit_time_s, loss)
+        return (held, -float(self.queue(snap, victim)), -victim.spec.submit_time_s, loss)
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:

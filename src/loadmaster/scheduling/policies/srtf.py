@@ -30,9 +30,7 @@ DEFAULT_RESTART_OVERHEAD_S = 30.0
 def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
     """Work-seconds a running job would lose if preempted at `clock` (all of it without checkpoints)."""
     work = job.work_at(clock)
-    if checkpoint_interval_s <= 0:
-        return work
-    return work - math.floor(work / checkpoint_interval_s) * checkpoint_interval_s
+    return work % checkpoint_interval_s if checkpoint_interval_s > 0 else work
 
 
 def preemption_loss_gpu_s(job: JobView, clock: float, checkpoint_interval_s: float,
@@ -71,9 +69,11 @@ class SrtfPolicy(KeyedPolicy):
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> float:
         """The remaining work a job must beat to displace `victim`: its own, less what preempting it costs."""
-        clock = snap.clock
-        lost = work_since_checkpoint(victim, clock, self.checkpoint_interval_s)
-        return victim.remaining_at(clock) - lost - self.restart_overhead_s
+        # Runs for every running job whenever a preemption is tried, so the work is read once.
+        work = victim.work_at(snap.clock)
+        ckpt = self.checkpoint_interval_s
+        lost = work % ckpt if ckpt > 0 else work
+        return max(0.0, victim.spec.duration_s - work) - lost - self.restart_overhead_s
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         return self.displaceable(snap, victim) > job.remaining_at(snap.clock)

@@ -130,13 +130,16 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
+    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "clock", "facts", "offered",
+                 "policy", "ranked", "rho", "share", "snap", "valued")
+
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
         self.snap = snap
-        self.clock = snap.clock
-        contenders = len(snap.queued) + len(snap.running)
+        self.clock = clock = snap.clock
+        queued = snap.queued
         self.facts = policy.cluster_facts(snap.cluster)
-        self.share = self.facts.total_gpus / max(contenders, 1)  # GPUs of a private 1/N slice
+        self.share = self.facts.total_gpus / max(len(queued) + len(snap.running), 1)  # a private 1/N slice
         self.valued: dict[tuple[object, ...], list[tuple[float, bool, str]] | None] = {}
         self.bids: dict[str, _Bid] = {}
         self._types: dict[str, tuple[float, float, float]] | None = None
@@ -144,14 +147,19 @@ class _Round:
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
         self._victim_rho: dict[str, float] = {}
-        clock = self.clock
-        order = sorted(((self.queued_rho(j), j) for j in snap.queued),
+        if len(queued) <= 1:
+            # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
+            # which is then only computed if it has to displace someone.
+            self.ranked: list[JobView] = list(queued)
+            self.offered = frozenset(j.job_id for j in queued)
+            return
+        order = sorted(((self.queued_rho(j), j) for j in queued),
                        key=lambda rj: (-rj[0], rj[1].spec.submit_time_s, rj[1].job_id))
         k = policy.offer_count(len(order))
         self.offered = frozenset(j.job_id for _, j in order[:k])
         rest = sorted((j for _, j in order[k:]),
                       key=lambda j: (j.remaining_at(clock) * j.spec.gpus, j.spec.submit_time_s, j.job_id))
-        self.ranked: list[JobView] = [j for _, j in order[:k]] + rest
+        self.ranked = [j for _, j in order[:k]] + rest
 
     # -- rho ------------------------------------------------------------------------------------------
     def ideal_s(self, spec: JobSpec) -> float:
