@@ -83,7 +83,7 @@ def test_srtf_ranks_by_remaining_work_not_by_size() -> None:
 def test_las_demotes_after_the_threshold_and_only_then_preempts() -> None:
     c = cluster(4)
     pol = LasPolicy()
-    assert pol.thresholds == (3250.0,) and pol.round_s == 60.0
+    assert pol.thresholds == (3250.0,) and pol.round_s == 300.0 and pol.starve_factor == 100.0
     old = running(job("old", gpus=4, duration=100_000), (0,))
     new = queued(job("new", gpus=4, duration=100, submit=700))
     # 4 GPUs x 700 s = 2,800 GPU-s: still in the first queue with the newcomer, so no preemption.

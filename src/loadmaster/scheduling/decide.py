@@ -174,7 +174,7 @@ class _Round:
 
     def grow_elastic(self) -> None:
         """Scale running elastic jobs up into GPUs nobody is waiting for (checkpoint/restart each)."""
-        for job in self.snap.running:
+        for job in self.snap.running_elastic:
             spec = job.spec
             alloc = job.allocation
             if (alloc is None or not spec.elastic or job.job_id in self.preempted or job.job_id in self.resized

@@ -98,6 +98,14 @@ class Snapshot:
             groups.setdefault(job.spec.tenant, []).append(job)
         return MappingProxyType({t: tuple(js) for t, js in groups.items()})
 
+    @cached_property
+    def running_elastic(self) -> tuple[JobView, ...]:
+        """Running elastic jobs (computed on first use, by the shell's provider if it gave one)."""
+        provider = self.__dict__.get("_running_elastic_provider")
+        if provider is not None:
+            return tuple(provider())
+        return tuple(j for j in self.running if j.spec.elastic)
+
     @classmethod
     def build(
         cls,
@@ -111,6 +119,7 @@ class Snapshot:
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
+        running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -138,6 +147,8 @@ class Snapshot:
         )
         if running_by_tenant is not None:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
+        if running_elastic is not None:
+            snap.__dict__["_running_elastic_provider"] = running_elastic
         return snap
 
     @classmethod

@@ -104,7 +104,8 @@ class _Run:
         self.running_views: dict[str, JobView] = {}
         self.tenant_gpus: dict[str, int] = {}
         self.tenant_running: dict[str, dict[str, JobView]] = {}
-        self.growable: set[str] = set()  # running elastic jobs below their maximum size
+        # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
+        self.growable: dict[str, None] = {}
         self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
         self.seq = 0
         self.live: list[_Live | None] = [None] * len(self.jobs)
@@ -199,7 +200,7 @@ class _Run:
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
             tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
-            self.tenant_gpus, self.running_by_tenant,
+            self.tenant_gpus, self.running_by_tenant, self.growable_views,
         )
         self.snap = snap
         return decide(snap, self.sim.policy, self.sim.placer)
@@ -215,6 +216,10 @@ class _Run:
                 if at is not None and at > self.clock:
                     wake = min(wake, at)
         return wake
+
+    def growable_views(self) -> tuple[JobView, ...]:
+        """Running elastic jobs below their maximum: the only ones decide() may grow."""
+        return tuple(self.running_views[j] for j in self.growable)
 
     def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:
         return {t: tuple(views.values()) for t, views in self.tenant_running.items()}
@@ -287,9 +292,9 @@ class _Run:
             raise AssertionError(f"partial gang for {spec.job_id}: {alloc.learners}/{spec.learners}")
         self.hold(alloc, +1)
         if alloc.learners < high:
-            self.growable.add(spec.job_id)
+            self.growable[spec.job_id] = None
         else:
-            self.growable.discard(spec.job_id)
+            self.growable.pop(spec.job_id, None)
         rate = self.sim.perf.rate(spec, alloc)
         if rate <= 0:
             raise AssertionError(f"non-positive rate for {spec.job_id}")
@@ -313,7 +318,7 @@ class _Run:
         assert view.allocation is not None
         del self.running[view.job_id]
         del self.running_views[view.job_id]
-        self.growable.discard(view.job_id)
+        self.growable.pop(view.job_id, None)
         self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
         del self.tenant_running[view.spec.tenant][view.job_id]
         self.hold(view.allocation, -1)

@@ -10,10 +10,11 @@ offered jobs cannot use goes to the others for efficiency.
 
 Mapped onto the Policy interface (decide() does the placing and preempting):
 - rho is estimated at snap.clock for every queued job, once per snapshot:
-  T_shared_est = (clock - submit) + remaining work / expected rate (the job's best effective speed among
-  the GPU types that could take its gang now), T_ideal = duration_s x max(1, gpus / (cluster_gpus / N)),
-  N = queued + running jobs. The same definition as the rho in summary.json (docs/performance-model.md),
-  with the instantaneous N instead of its average over the job's life.
+  T_shared_est = (clock - submit) + remaining work / expected speed (the job's best effective speed on a
+  GPU type it bids for that could take its gang now; the best type's if none can),
+  T_ideal = duration_s x max(1, gpus / (cluster_gpus / N)), N = queued + running jobs. The same definition
+  as the rho in summary.json (docs/performance-model.md), with the instantaneous N instead of its average
+  over the job's life.
 - The offered set is the ceil((1 - f) x Q) queued jobs with the worst rho (Q queued jobs, at least one).
   The fraction is taken of the queued jobs because only they can bid: a running gang here is rigid and
   cannot use more GPUs, so a running job among "the worst 1 - f" would waste its offer.
@@ -23,15 +24,19 @@ Mapped onto the Policy interface (decide() does the placing and preempting):
   running job whose lease has expired and whose rho, counting what the preemption costs it (the work since
   its last checkpoint and a restart), stays below the offered job's rho: the swap then lowers the larger
   of the two rhos instead of trading places, and a fresh lease protects the winner from being displaced
-  back at once. A job within its lease is never displaced.
-- type_preference() is the job's bid: GPU types ordered by the rho the job would reach there, i.e. by its
-  effective speed (its own throughput on the type relative to its best, times the locality slowdown of
-  its model family when the gang cannot fit on one server of that type now).
+  back at once. A job within its lease is never displaced. Victims: expired leases, lowest rho first.
+- type_preference() is the job's bid: the GPU types it accepts, by the rho it would reach on each, i.e. by
+  its effective speed (its own throughput on the type relative to its best, divided by its model family's
+  cross-server slowdown when the gang cannot fit on one server of that type now). A slower type is bid
+  for only once waiting has cost the job as much as the slowdown would (see _Round.bid). Where every type
+  is worth the same to a job (one type; Philly's 12gb/24gb) there is no preference: the placer chooses.
 - round_s = lease_s: the shell decides at least once a lease while jobs wait, so expired leases are
   re-offered even when no job arrives or ends.
 
-Everything derived from a snapshot is computed once per snapshot (rank() pays O(Q log Q)); may_preempt()
-and victim_key() are dictionary look-ups plus O(1) arithmetic per running job.
+Cost: everything derived from a snapshot is computed once per snapshot: rank() pays O(Q log Q) (nothing
+with one job waiting, the common case on a big cluster); may_preempt() and victim_key() are dictionary
+look-ups plus O(1) arithmetic; the victim list looks at each running job once per snapshot, and only when
+an offered job does not fit, valuing only those a bound does not rule out (see _Round.victims).
 
 Defaults and where they come from:
 - fairness_knob f = 0.8 (offers go to the worst 20%): the value the Themis paper evaluates with, from our
@@ -199,11 +204,11 @@ class _Round:
         This is the policy's hot spot on a large cluster (it looks at every running job), so it skips
         those that provably stay at or above `rho`. A job that can never run faster than its nominal gang
         on its best placement (rate <= 1) has done no more work than the time since it was submitted, so if
-        preempted, T_shared >= duration + restart, and rho_if_preempted >= share / gpus (>= 1 for a gang no
-        wider than the share). With rho <= 1 (typically a wide job waiting for room) only gangs wider than
-        share / rho can qualify, usually none or a few. Built once per snapshot for the lowest such width
-        asked for (the worst-rho job asks first); a list built for a lower width serves every later ask,
-        since the caller stops at the first victim whose rho is not below its own."""
+        preempted, T_shared >= duration + restart and rho_if_preempted > min(1, share / gpus). With rho <= 1
+        (typically a wide job waiting for room) only gangs wider than share / rho can qualify, usually none
+        or a few. Built once per snapshot for the lowest such width asked for (the worst-rho job asks
+        first); a list built for a lower width serves every later ask, since the caller stops at the first
+        victim whose rho is not below its own."""
         min_gpus = -1.0 if rho > 1.0 else (self.share / rho if rho > 0 else math.inf)
         if self._victims is None or min_gpus < self._victims_min_gpus:
             p = self.policy
@@ -263,8 +268,7 @@ class _Round:
             # The best accepted type that could take the gang now sets the expected speed; if none can, the
             # best type will, once GPUs free up there.
             speed = next((e for e, ok, _ in accepted if ok), best)
-            same = len(accepted) == len(valued) and valued[-1][0] > best - 1e-12
-            found = (None if same else tuple(t for _, _, t in accepted), speed)
+            found = (tuple(t for _, _, t in accepted), speed)
         self.bids[job.job_id] = found
         return found
 
