@@ -109,3 +109,13 @@ def test_decide_is_pure() -> None:
     p2 = decide(snap, make_policy("fifo"), make_placer("pack"))
     assert p1 == p2
     assert (snap.free_gpus == before).all()
+
+
+def test_a_gang_that_fits_no_single_gpu_type_is_rejected() -> None:
+    # Two 4-GPU servers of different types: a 2 x 3-GPU gang fits the GPU count, but no one type.
+    from loadmaster.core.cluster import Cluster, Node
+
+    c = Cluster((Node("v", 4, 32, 256, "v100"), Node("k", 4, 32, 256, "k80")))
+    snap = Snapshot.idle(0, c, (queued(job("wide", learners=2, gpus=3)),))
+    plan = decide(snap, make_policy("las"), make_placer("pack"))
+    assert [r.job_id for r in plan.rejects] == ["wide"] and "one GPU type" in plan.rejects[0].reason

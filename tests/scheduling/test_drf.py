@@ -114,9 +114,14 @@ def test_drf_plans_keep_the_invariants_and_displace_only_tenants_above_entitleme
     plan = decide(snap, pol, make_placer("pack"))
     check_invariants(snap, plan, "drf")
     if plan.preempts:
-        gate = DrfGate(snap, snap.tenants)
         running = {j.job_id: j for j in snap.running}
         queued_by_id = {j.job_id: j for j in snap.queued}
+        # A victim's tenant was above its entitlement when it lost the job. Its usage then was at most
+        # what it held at the snapshot plus everything it starts in this round (it may have borrowed
+        # idle GPUs earlier in the round), so it is above with all of that counted.
+        gate = DrfGate(snap, snap.tenants)
+        for st in plan.starts:
+            gate.add(queued_by_id[st.job_id], st.allocation.gpus)
         for p in plan.preempts:
             assert gate.above_entitlement(running[p.job_id].spec.tenant)
             assert running[p.job_id].spec.tenant != queued_by_id[p.for_job].spec.tenant

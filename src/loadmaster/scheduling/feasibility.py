@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import JobSpec
 
@@ -29,6 +31,18 @@ def _never_fits(spec: JobSpec, cluster: Cluster, n: int) -> str | None:
         eligible &= [spec.speed_on(t) != 0 for t in names]
         if not eligible.any():
             return "runs on none of the cluster's GPU types (zero throughput on each)"
+    if g > 0 and len(cluster.gpu_types) > 1:
+        # A gang never mixes GPU types, so it must fit within one type's servers.
+        fits_a_type = False
+        for t, mask in cluster.type_masks:
+            if t in spec.excluded_types:
+                continue
+            per_node = np.floor_divide(caps[mask], g)
+            if int(per_node.sum()) >= n:
+                fits_a_type = True
+                break
+        if not fits_a_type:
+            return f"needs {n} learners x {g} GPUs of one GPU type, and no type has that many"
     if spec.cpus_per_learner > float(cluster.cpu_capacity[eligible].max()):
         return (f"needs {spec.cpus_per_learner:g} CPUs per learner but no server with {g} GPUs has that many")
     if spec.mem_gb_per_learner > float(cluster.mem_capacity[eligible].max()):
