@@ -90,12 +90,17 @@ def test_tenant_without_quota_is_best_effort_when_others_have_quotas() -> None:
 
 def test_preempts_only_a_tenant_above_its_entitlement() -> None:
     c = Cluster((node(0), node(1)))
-    # A holds all 8 GPUs (entitled to half of them once B is active): B reclaims by preempting A's newest.
+    # A holds all 8 GPUs (entitled to half of them once B is active): B reclaims them by preempting one of
+    # A's jobs, the one that has just saved a checkpoint (a1: 10 s of work since; a0: 100 s).
     hog = (running(job("a0", tenant="A", gpus=4), (0,), started=0), running(job("a1", tenant="A", gpus=4), (1,),
-                                                                            started=10))
-    plan = decide(snapshot(c, hog, (queued(job("b0", tenant="B", gpus=4, submit=50)),)), DrfPolicy(),
-                  make_placer("pack"))
+                                                                            started=90))
+    b0 = queued(job("b0", tenant="B", gpus=4, submit=50))
+    plan = decide(snapshot(c, hog, (b0,), clock=1000), DrfPolicy(), make_placer("pack"))
     assert [p.job_id for p in plan.preempts] == ["a1"] and [s.job_id for s in plan.starts] == ["b0"]
+    # Between checkpoints B waits rather than waste A's work; without the window it takes the cheaper.
+    assert decide(snapshot(c, hog, (b0,), clock=1500), DrfPolicy(), make_placer("pack")).preempts == ()
+    anytime = decide(snapshot(c, hog, (b0,), clock=1500), DrfPolicy(max_loss_s=None), make_placer("pack"))
+    assert [p.job_id for p in anytime.preempts] == ["a1"]
     # A at its entitlement (4 of 8), B wanting more than its half: nobody is displaced.
     even = (running(job("a0", tenant="A", gpus=4), (0,)), running(job("b0", tenant="B", gpus=4), (1,)))
     plan2 = decide(snapshot(c, even, (queued(job("b1", tenant="B", gpus=4, submit=50)),)), DrfPolicy(),

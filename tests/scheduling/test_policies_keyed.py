@@ -16,7 +16,12 @@ from loadmaster.scheduling.placement import Placer
 from loadmaster.scheduling.policies import POLICIES, Policy
 from loadmaster.scheduling.policies.las import HetLasPolicy, LasPolicy
 from loadmaster.scheduling.policies.priority import PriorityPolicy
-from loadmaster.scheduling.policies.srtf import DEFAULT_CHECKPOINT_INTERVAL_S, SrtfPolicy, checkpointed_this_run
+from loadmaster.scheduling.policies.srtf import (
+    DEFAULT_CHECKPOINT_INTERVAL_S,
+    SrtfPolicy,
+    checkpointed_this_run,
+    work_since_checkpoint,
+)
 from loadmaster.sim import simulator
 from loadmaster.sim.experiment import RunOptions, simulate
 from tests.helpers import cluster, job, queued, workload
@@ -83,14 +88,14 @@ def test_srtf_ranks_by_remaining_work_not_by_size() -> None:
 def test_las_demotes_after_the_threshold_and_only_then_preempts() -> None:
     c = cluster(4)
     pol = LasPolicy()
-    assert pol.thresholds == (3250.0,) and pol.round_s == 300.0 and pol.starve_factor == 100.0
+    assert (pol.thresholds, pol.starve_factor, pol.round_s, pol.max_loss_s) == ((3250.0,), 100.0, 60.0, 60.0)
     old = running(job("old", gpus=4, duration=100_000), (0,))
     new = queued(job("new", gpus=4, duration=100, submit=700))
     # 4 GPUs x 700 s = 2,800 GPU-s: still in the first queue with the newcomer, so no preemption.
     early = busy_snapshot(700, c, (old,), (new,))
     assert pol.queue(early, old) == 0
     assert outcome(decide(early, pol, make_placer("pack"))) == ([], [])
-    # 4 x 900 = 3,600 GPU-s: demoted, and a first-queue job displaces it.
+    # 4 x 900 = 3,600 GPU-s: demoted, and (just checkpointed at 900 s of work) a first-queue job displaces it.
     late = busy_snapshot(900, c, (old,), (new,))
     assert pol.queue(late, old) == 1
     assert outcome(decide(late, pol, make_placer("pack"))) == (["old"], ["new"])
@@ -109,6 +114,29 @@ def test_las_never_preempts_inside_a_queue() -> None:
     assert outcome(decide(snap, pol, make_placer("pack"))) == ([], [])
 
 
+def test_las_displaces_only_just_after_a_checkpoint() -> None:
+    c = cluster(4)
+    pol = LasPolicy()  # checkpoints every 900 work-seconds, at most 60 s of work lost
+    demoted = running(job("demoted", gpus=4, duration=100_000), (0,), started=1000, work=900, attained=8000)
+    new = queued(job("new", gpus=4, duration=100, submit=1000))
+
+    def displaced(clock: float) -> bool:
+        snap = busy_snapshot(clock, c, (demoted,), (new,))
+        assert pol.queue(snap, demoted) == 1 and pol.queue(snap, new) == 0
+        return outcome(decide(snap, pol, make_placer("pack"))) == (["demoted"], ["new"])
+
+    # Restarted at 900 s of work: not before it has saved a checkpoint in this run (at 1,800 s of work),
+    # then only in the 60 s after each checkpoint.
+    assert not displaced(1030) and not displaced(1899)
+    assert displaced(1900) and displaced(1960)
+    assert not displaced(1961) and not displaced(2799)
+    assert displaced(2800)
+    # Without the window (Tiresias as published): any time.
+    early = busy_snapshot(1030, c, (demoted,), (new,))
+    free_for_all = LasPolicy(max_loss_s=None)
+    assert free_for_all.may_preempt(early, free_for_all.gate(early), new, demoted)
+
+
 def test_las_ranks_queues_first_then_fifo() -> None:
     demoted = JobView(job("demoted", submit=0), 0, attained_gpu_s=5000)
     a = queued(job("a", submit=10))
@@ -119,7 +147,7 @@ def test_las_ranks_queues_first_then_fifo() -> None:
 
 def test_las_promotes_a_starving_job_and_keeps_it_promoted_while_it_runs() -> None:
     c = cluster(1)
-    pol = LasPolicy(starve_factor=8)
+    pol = LasPolicy(starve_factor=8, max_loss_s=None)
     # Ran 4,000 s on one GPU (demoted), queued again at t=10,000: starving from t = 10,000 + 8 x 4,000.
     spec = job("starved", duration=100_000)
     waiting = JobView(spec, 10_000, attained_gpu_s=4000, work_done_s=3600, as_of=10_000)
@@ -260,5 +288,7 @@ def test_simulated_jobs_all_end_without_thrashing(name: str, monkeypatch: pytest
         assert not any((j, v) in pairs for v, j in pairs)
     else:
         # LAS may swap two jobs over time (a promotion), but never cuts a run short of its first
-        # checkpoint: every run it interrupts has made progress that is kept.
+        # checkpoint (every run it interrupts has made progress that is kept), and never loses more
+        # than a minute of work.
         assert all(checkpointed_this_run(v, t, DEFAULT_CHECKPOINT_INTERVAL_S) for t, v, _ in displaced)
+        assert all(work_since_checkpoint(v, t, DEFAULT_CHECKPOINT_INTERVAL_S) <= 60 for t, v, _ in displaced)

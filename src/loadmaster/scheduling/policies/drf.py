@@ -25,12 +25,24 @@ from __future__ import annotations
 
 import heapq
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from itertools import takewhile
 from typing import overload
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
+from loadmaster.scheduling.policies.srtf import (
+    DEFAULT_CHECKPOINT_INTERVAL_S,
+    DEFAULT_RESTART_OVERHEAD_S,
+    checkpointed_this_run,
+    preemption_loss_gpu_s,
+    work_since_checkpoint,
+)
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
 _EPS = 1e-12
+# As for `las` (las.py): displace a job only in the minute of work after one of its checkpoints, and
+# decide again at least that often while jobs wait so that no such window passes unseen.
+DEFAULT_MAX_LOSS_S = 60.0
+DEFAULT_ROUND_S = 60.0
 
 
 class DrfGate(Gate):
@@ -213,9 +225,18 @@ class DrfPolicy(Policy):
     name = "drf"
     preemptive = True
 
-    def __init__(self, quotas: Mapping[str, TenantQuota] | None = None) -> None:
+    def __init__(self, quotas: Mapping[str, TenantQuota] | None = None,
+                 max_loss_s: float | None = DEFAULT_MAX_LOSS_S,
+                 checkpoint_interval_s: float = DEFAULT_CHECKPOINT_INTERVAL_S,
+                 restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S,
+                 round_s: float | None = DEFAULT_ROUND_S) -> None:
         # Quotas given here override the snapshot's (whose GPU quotas are the weights).
         self.quotas = dict(quotas) if quotas else None
+        self.max_loss_s = max_loss_s
+        self.checkpoint_interval_s = checkpoint_interval_s
+        self.restart_overhead_s = restart_overhead_s
+        # Displaceability changes with time alone (checkpoint windows), so decide again while jobs wait.
+        self.round_s = round_s if max_loss_s is not None else None
         # The gate of the snapshot being decided: decide() asks for gate() and then rank(), and the
         # order must follow the usage the gate books as jobs start. Held for one call, keyed by snapshot.
         self._current: tuple[Snapshot, DrfGate] | None = None
@@ -235,15 +256,31 @@ class DrfPolicy(Policy):
         assert isinstance(gate, DrfGate)
         return gate.within_entitlement(job)
 
+    def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
+        """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
+        under `las` (see las.py): fairness is restored within a checkpoint interval at almost no lost work."""
+        if self.max_loss_s is None:
+            return True
+        ckpt = self.checkpoint_interval_s
+        return (checkpointed_this_run(victim, snap.clock, ckpt)
+                and work_since_checkpoint(victim, snap.clock, ckpt) <= self.max_loss_s)
+
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         assert isinstance(gate, DrfGate)
         return (victim.spec.tenant != job.spec.tenant and gate.above_entitlement(victim.spec.tenant)
-                and gate.within_entitlement(job))
+                and gate.within_entitlement(job) and self.displaceable(snap, victim))
+
+    def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
+        # Displaceable first; among them the one whose preemption wastes the fewest GPU-seconds.
+        held = 0.0 if self.displaceable(snap, victim) else 1.0
+        loss = preemption_loss_gpu_s(victim, snap.clock, self.checkpoint_interval_s, self.restart_overhead_s)
+        return (held, loss, -(victim.started_at or 0.0))
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
-        # Only tenants above their entitlement can lose jobs: walk just theirs, merged in victim order,
-        # re-checking as shares fall with each release.
+        # Only tenants above their entitlement can lose jobs: walk just theirs, merged in victim order
+        # (displaceable ones first, so the first held one ends the walk), re-checking shares as they fall
+        # with each release.
         assert isinstance(gate, DrfGate)
 
         def key(v: JobView) -> tuple[float, ...]:
@@ -251,8 +288,8 @@ class DrfPolicy(Policy):
 
         mine = job.spec.tenant
         lists = [gate.victims_of(t, key) for t in gate.running_tenants if t != mine and gate.above_entitlement(t)]
-        return (v for _, v in heapq.merge(*lists, key=lambda kv: kv[0])
-                if self.may_preempt(snap, gate, job, v))
+        merged = takewhile(lambda kv: kv[0][0] == 0.0, heapq.merge(*lists, key=lambda kv: kv[0]))
+        return (v for _, v in merged if self.may_preempt(snap, gate, job, v))
 
     def preemption_scope(self, job: JobView) -> object:
         return job.spec.tenant

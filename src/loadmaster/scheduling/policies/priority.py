@@ -33,6 +33,7 @@ class PriorityPolicy(KeyedPolicy):
                  restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.restart_overhead_s = restart_overhead_s
+        self._lowest: tuple[Snapshot, int | None] | None = None  # lowest running class, per snapshot
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (-float(job.spec.priority),)
@@ -50,6 +51,14 @@ class PriorityPolicy(KeyedPolicy):
 
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
         return (float(victim.spec.priority), self.lost_gpu_s(snap, victim), -(victim.started_at or 0.0))
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        # Is any running job of a lower class? Checked before decide() sorts every running job as a
+        # victim: with one class (every trace without priorities) nobody can ever be displaced.
+        lowest = self._lowest
+        if lowest is None or lowest[0] is not snap:
+            lowest = self._lowest = (snap, min((v.spec.priority for v in snap.running), default=None))
+        return lowest[1] is not None and lowest[1] < job.spec.priority
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:

@@ -58,6 +58,8 @@ class SrtfPolicy(KeyedPolicy):
                  restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.restart_overhead_s = restart_overhead_s
+        # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
+        self._ranked: tuple[Snapshot, list[float], list[JobView]] | None = None
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
@@ -82,8 +84,25 @@ class SrtfPolicy(KeyedPolicy):
         # The victim with most to gain from being displaced first; ties: the most recently started.
         return (-self.displaceable(snap, victim), -(victim.started_at or 0.0))
 
+    def _by_gain(self, snap: Snapshot) -> tuple[list[float], list[JobView]]:
+        """Every running job's displaceable(), highest first (ties: the most recently started first),
+        computed once per snapshot: decide() may try to preempt for many queued jobs in one round."""
+        ranked = self._ranked
+        if ranked is None or ranked[0] is not snap:
+            jobs = snap.running
+            gains = [self.displaceable(snap, v) for v in jobs]
+            order = sorted(range(len(jobs)), key=lambda i: (gains[i], jobs[i].started_at or 0.0), reverse=True)
+            ranked = self._ranked = (snap, [gains[i] for i in order], [jobs[i] for i in order])
+        return ranked[1], ranked[2]
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        gains, _ = self._by_gain(snap)
+        return bool(gains) and gains[0] > job.remaining_at(snap.clock)
+
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
-        # Victims come sorted by victim_key, i.e. by falling displaceable(): once one may not be displaced,
-        # none after it may, so the scan stops there instead of walking every running job.
-        return takewhile(lambda v: self.may_preempt(snap, gate, job, v), victims())
+        # In victim_key order, from this policy's own per-snapshot ranking (decide()'s victims() would
+        # recompute every key); the first job that may not be displaced ends the scan.
+        gains, jobs = self._by_gain(snap)
+        mine = job.remaining_at(snap.clock)
+        return (v for _, v in takewhile(lambda gv: gv[0] > mine, zip(gains, jobs, strict=True)))
