@@ -1,0 +1,114 @@
+"""The contract between the control loop and an executor.
+
+The control loop decides; an executor only carries out: launch a whole gang, stop it, and report what
+ended. One attempt of a job is one gang launch. Executors keep no state that the store cannot rebuild:
+`launch()` returns a handle (JSON-serialisable) that the control loop persists, and after a server crash
+`reattach()` adopts the learners that survived from that handle.
+
+Gang semantics, which every executor guarantees:
+- launch() starts every learner or none (if one cannot start, the ones started are killed and it raises
+  LaunchError);
+- when one learner exits with a non-zero code or is killed, the others are stopped (stop protocol below)
+  and the attempt ends once all have exited; an attempt whose learners all exit 0 ends successfully;
+- stop(): the preempt file is created, SIGTERM goes to every learner (its whole process group), and
+  learners still alive after the grace period get SIGKILL. stop() does not block; poll() reports the end.
+
+Files, per attempt (the control loop chooses the directories; the executor creates them):
+- log_dir/rank-{r}.log: the learner's stdout and stderr, interleaved as written;
+- log_dir/rank-{r}.exit: its exit code as text, written when it exits (how a re-attached server that is
+  not the learner's parent learns the code);
+- report_dir/rank-{r}.jsonl: what runtime.report() appended.
+For executors whose learners run on other machines, poll() copies these to the same paths here.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerSpec:
+    rank: int
+    node: str  # the node's name in the cluster the control loop schedules on
+    gpu_ids: tuple[int, ...]  # GPU indices on that node (-> CUDA_VISIBLE_DEVICES)
+    cpus: float
+    mem_gb: float
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptSpec:
+    job_id: str
+    attempt: int
+    command: tuple[str, ...]  # argv; a manifest's shell string arrives as ("/bin/sh", "-c", string)
+    workdir: str
+    env: Mapping[str, str]  # the manifest's env; the executor adds the runtime contract (runtime/env.py)
+    learners: tuple[LearnerSpec, ...]
+    master_port: int
+    checkpoint_dir: str
+    results_dir: str
+    log_dir: str
+    report_dir: str
+    data_dir: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LearnerExit:
+    rank: int
+    exit_code: int  # negative: killed by that signal (subprocess' convention)
+
+
+@dataclass(frozen=True, slots=True)
+class AttemptEnded:
+    job_id: str
+    attempt: int
+    exits: tuple[LearnerExit, ...]
+    stopped: bool  # True if stop() was called for it (preemption, halt, cancel), whatever the codes
+    first_failure: LearnerExit | None  # the first learner to fail, whose exit ended the gang
+
+    @property
+    def succeeded(self) -> bool:
+        return not self.stopped and all(e.exit_code == 0 for e in self.exits)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    job_id: str
+    attempt: int
+    rank: int
+    report: Mapping[str, Any]  # one JSON object from runtime.report(): {"time": ..., "step": ..., ...}
+
+
+@dataclass(frozen=True, slots=True)
+class PollResult:
+    ended: tuple[AttemptEnded, ...] = ()
+    progress: tuple[Progress, ...] = field(default=())  # reports appended since the last poll
+
+
+class LaunchError(RuntimeError):
+    """The gang could not be started; nothing of it is left running."""
+
+
+class Executor(Protocol):
+    name: str
+
+    def launch(self, spec: AttemptSpec) -> dict[str, Any]:
+        """Start every learner of the attempt; return a JSON-serialisable handle to persist."""
+
+    def stop(self, job_id: str, attempt: int, grace_s: float) -> None:
+        """Ask the attempt's learners to stop (preempt file, SIGTERM), SIGKILL after grace_s. Non-blocking."""
+
+    def poll(self) -> PollResult:
+        """What ended and what was reported since the last call. Also enforces pending SIGKILL deadlines."""
+
+    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any]) -> bool:
+        """After a server restart: adopt the attempt. Learners still alive are watched again; those that
+        exited meanwhile are known by their exit files; poll() then reports the attempt's end as usual.
+        False if the attempt cannot be accounted for (no live learner and some exit file missing, e.g. the
+        machine rebooted, or a handle of another executor): the control loop treats that as an
+        infrastructure failure and relaunches from the checkpoint."""
+
+    def close(self) -> None:
+        """The server is stopping: release executor resources. Learners keep running (they are re-attached
+        at the next start); the control loop stops them first when it wants them stopped."""

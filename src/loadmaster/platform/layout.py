@@ -1,0 +1,43 @@
+"""Where a job's files live under the server's data directory. The control loop writes there, the executor's
+learners write there, the API reads logs from there: one definition, so the three agree.
+
+    DATA/jobs/JOB/checkpoints/          kept across attempts (runtime.checkpoint_dir())
+    DATA/jobs/JOB/data/                 the staged data source (runtime.data_dir())
+    DATA/jobs/JOB/results/              copied to the results target when the job succeeds
+    DATA/jobs/JOB/attempt-N/logs/       rank-R.log (stdout+stderr), rank-R.exit
+    DATA/jobs/JOB/attempt-N/reports/    rank-R.jsonl (runtime.report())
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+
+@dataclass(frozen=True, slots=True)
+class JobDirs:
+    root: Path  # the server's data directory
+
+    def job(self, job_id: str) -> Path:
+        return self.root / "jobs" / job_id
+
+    def checkpoints(self, job_id: str) -> Path:
+        return self.job(job_id) / "checkpoints"
+
+    def data(self, job_id: str) -> Path:
+        return self.job(job_id) / "data"
+
+    def results(self, job_id: str) -> Path:
+        return self.job(job_id) / "results"
+
+    def attempt(self, job_id: str, attempt: int) -> Path:
+        return self.job(job_id) / f"attempt-{attempt}"
+
+    def logs(self, job_id: str, attempt: int) -> Path:
+        return self.attempt(job_id, attempt) / "logs"
+
+    def reports(self, job_id: str, attempt: int) -> Path:
+        return self.attempt(job_id, attempt) / "reports"
+
+    def log_file(self, job_id: str, attempt: int, rank: int) -> Path:
+        return self.logs(job_id, attempt) / f"rank-{rank}.log"

@@ -1,0 +1,179 @@
+"""A job manifest (YAML or JSON), validated with pydantic: what a user submits.
+
+Unknown fields are errors (a typo must not be silently ignored). Limits are deliberately generous but
+finite, so an absurd value ("gpus: 1e9") is an error that names the field rather than a job that queues
+forever; the cluster-specific check (does it fit at all?) happens at submission against the live cluster.
+"""
+
+from __future__ import annotations
+
+import re
+from enum import StrEnum
+from typing import Annotated, Any, Self
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+
+MAX_LEARNERS = 1024
+MAX_GPUS_PER_LEARNER = 64
+MAX_CPUS_PER_LEARNER = 1024.0
+MAX_MEMORY_GB_PER_LEARNER = 16384.0
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+# The runtime contract's variables belong to the executor: a manifest may not override them.
+RESERVED_ENV_PREFIXES = ("LOADMASTER_",)
+RESERVED_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                          "CUDA_VISIBLE_DEVICES"})
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class Resources(_Strict):
+    """Per learner."""
+
+    gpus: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_LEARNER)] = 1
+    cpus: Annotated[float, Field(gt=0, le=MAX_CPUS_PER_LEARNER)] = 1.0
+    memory_gb: Annotated[float, Field(gt=0, le=MAX_MEMORY_GB_PER_LEARNER)] = 1.0
+
+
+class PlacementStrategy(StrEnum):
+    PACK = "pack"
+    SPREAD = "spread"
+
+
+class Locality(StrEnum):
+    NONE = "none"  # anywhere
+    RELAXED = "relaxed"  # one server, then one rack, then anywhere as the job waits
+    STRICT = "strict"  # as few servers as possible, however long it waits
+
+
+class Placement(_Strict):
+    strategy: PlacementStrategy = PlacementStrategy.PACK
+    locality: Locality = Locality.NONE
+
+
+class Elastic(_Strict):
+    min_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)]
+    max_learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)]
+
+    @model_validator(mode="after")
+    def _ordered(self) -> Self:
+        if self.min_learners > self.max_learners:
+            raise ValueError("elastic.min_learners must be <= elastic.max_learners")
+        return self
+
+
+class RetryPolicy(StrEnum):
+    NEVER = "never"
+    ALWAYS = "always"  # retry every failure up to max_attempts
+    CLASSIFIED = "classified"  # retry only failures a retry can help (not deterministic ones)
+
+
+class Retry(_Strict):
+    policy: RetryPolicy = RetryPolicy.CLASSIFIED
+    max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
+
+
+class JobManifest(_Strict):
+    name: str
+    learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
+    resources: Resources = Resources()
+    command: list[str] | str
+    workdir: str | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
+    placement: Placement = Placement()
+    elastic: Elastic | None = None
+    retry: Retry = Retry()
+    max_runtime_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
+    # Expected run time alone, when the user knows it: feeds queue-wait estimates until progress is reported.
+    expected_duration_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
+    data: str | None = None  # fsspec URL staged before the learners start (DOWNLOADING)
+    results: str | None = None  # fsspec URL the results directory is copied to (STORING)
+
+    @field_validator("name")
+    @classmethod
+    def _name(cls, v: str) -> str:
+        if not _NAME.match(v):
+            raise ValueError("name must be 1-128 characters of letters, digits, '.', '_' or '-', "
+                             "starting with a letter or digit")
+        return v
+
+    @field_validator("command")
+    @classmethod
+    def _command(cls, v: list[str] | str) -> list[str] | str:
+        if isinstance(v, str) and not v.strip():
+            raise ValueError("command is empty: give the program to run, e.g. 'python train.py'")
+        if isinstance(v, list) and (not v or not v[0].strip()):
+            raise ValueError("command is empty: give the program and its arguments, e.g. ['python', 'train.py']")
+        return v
+
+    @field_validator("env")
+    @classmethod
+    def _env(cls, v: dict[str, str]) -> dict[str, str]:
+        for name in v:
+            if not _ENV_NAME.match(name):
+                raise ValueError(f"env name {name!r} is not a valid variable name")
+            if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
+                raise ValueError(f"env {name} is set by loadmaster for every learner; remove it from the manifest")
+        return v
+
+    @model_validator(mode="after")
+    def _elastic_holds_learners(self) -> Self:
+        if self.elastic and not self.elastic.min_learners <= self.learners <= self.elastic.max_learners:
+            raise ValueError(f"learners ({self.learners}) must lie between elastic.min_learners "
+                             f"({self.elastic.min_learners}) and elastic.max_learners ({self.elastic.max_learners})")
+        return self
+
+    @property
+    def argv(self) -> tuple[str, ...]:
+        return ("/bin/sh", "-c", self.command) if isinstance(self.command, str) else tuple(self.command)
+
+    @property
+    def gpus(self) -> int:
+        return self.learners * self.resources.gpus
+
+
+class ManifestError(ValueError):
+    """A manifest that cannot be accepted. `problems` lists (field path, message) pairs."""
+
+    def __init__(self, problems: list[tuple[str, str]]) -> None:
+        self.problems = problems
+        super().__init__("; ".join(f"{loc}: {msg}" if loc else msg for loc, msg in problems))
+
+
+def problems_of(err: ValidationError) -> list[tuple[str, str]]:
+    """pydantic's errors as (dotted field path, message), in the words a user can act on."""
+    out = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"])
+        msg = e["msg"]
+        if e["type"] == "extra_forbidden":
+            msg = "unknown field; remove it or check its spelling (see the manifest reference in docs/platform.md)"
+        elif e["type"] == "missing":
+            msg = "field required"
+        out.append((loc, msg))
+    return out
+
+
+def parse_manifest(data: Any) -> JobManifest:
+    """Validate an already decoded manifest (a mapping)."""
+    if not isinstance(data, dict):
+        raise ManifestError([("", f"a manifest is a mapping of fields, got {type(data).__name__}")])
+    try:
+        return JobManifest.model_validate(data)
+    except ValidationError as err:
+        raise ManifestError(problems_of(err)) from None
+
+
+def load_manifest_text(text: str) -> JobManifest:
+    """A manifest from YAML or JSON text (JSON is YAML)."""
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as err:
+        mark = getattr(err, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        raise ManifestError([("", f"not valid YAML or JSON{where}: {getattr(err, 'problem', err)}")]) from None
+    return parse_manifest(data)

@@ -1,0 +1,113 @@
+"""Open the store: an engine for a database URL, with the schema migrated to the newest revision.
+
+SQLite (the default, a file under the user's data directory) and PostgreSQL pass the same tests. Schema
+changes go only through the Alembic migrations in ./migrations, applied at every start.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+from sqlalchemy.orm import Session, sessionmaker
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+
+
+class StoreError(RuntimeError):
+    """The store cannot be opened; the message says why and what to do."""
+
+
+def default_url() -> str:
+    import platformdirs
+
+    path = Path(platformdirs.user_data_dir("loadmaster")) / "loadmaster.db"
+    return f"sqlite:///{path}"
+
+
+def normalise_url(url: str) -> str:
+    """Accept the URLs people paste: postgresql:// means psycopg 3 here (SQLAlchemy's default is psycopg2)."""
+    if url.startswith(("postgresql://", "postgres://")):
+        return "postgresql+psycopg://" + url.split("://", 1)[1]
+    return url
+
+
+def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    cur = dbapi_conn.cursor()
+    # WAL: readers (the API) do not block the writer (the control loop); NORMAL is durable across a
+    # process crash (kill -9), which is the failure the platform promises to survive.
+    cur.execute("PRAGMA journal_mode=WAL")
+    cur.execute("PRAGMA synchronous=NORMAL")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.execute("PRAGMA busy_timeout=10000")
+    cur.close()
+
+
+def make_engine(url: str) -> Engine:
+    url = normalise_url(url)
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        raise StoreError(f"--db {url!r} is not a database URL; use sqlite:///PATH or postgresql://HOST/DB") from None
+    if parsed.get_backend_name() == "sqlite":
+        if parsed.database and parsed.database != ":memory:":
+            Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
+        event.listen(engine, "connect", _sqlite_pragmas)
+    elif parsed.get_backend_name() == "postgresql":
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+    else:
+        raise StoreError(f"--db {url!r}: only sqlite:// and postgresql:// databases are supported")
+    return engine
+
+
+def alembic_config(engine: Engine) -> Any:
+    from alembic.config import Config
+
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["engine"] = engine
+    return cfg
+
+
+def migrate(engine: Engine) -> None:
+    """Bring the schema to the newest revision (no-op when it is there)."""
+    from alembic import command
+
+    command.upgrade(alembic_config(engine), "head")
+
+
+@dataclass
+class Store:
+    engine: Engine
+    sessions: sessionmaker[Session]
+
+    @classmethod
+    def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
+        engine = make_engine(url or default_url())
+        try:
+            if migrate_schema:
+                migrate(engine)
+        except Exception as err:  # connection refused, permissions, a newer schema...
+            engine.dispose()
+            raise StoreError(f"cannot open the store at {engine.url.render_as_string(hide_password=True)}: "
+                             f"{err.__class__.__name__}: {err}") from err
+        return cls(engine, sessionmaker(engine, expire_on_commit=False))
+
+    @contextmanager
+    def session(self) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back if it raises."""
+        with self.sessions.begin() as s:
+            yield s
+
+    def tables(self) -> list[str]:
+        return sorted(inspect(self.engine).get_table_names())
+
+    def close(self) -> None:
+        self.engine.dispose()

@@ -1,0 +1,120 @@
+"""Tables. Times are UNIX seconds (float): the control loop and the simulator share one time unit, and both
+SQLite and PostgreSQL store it exactly. JSON columns hold what is read and written whole (manifest,
+allocation, executor handle), never what is queried."""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+
+class Base(DeclarativeBase):
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+
+
+class Tenant(Base):
+    __tablename__ = "tenants"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    name: Mapped[str] = mapped_column(String(64), unique=True)
+    gpu_quota: Mapped[int] = mapped_column(Integer)  # nominal: guaranteed
+    borrow_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: may borrow any idle GPU
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Token(Base):
+    """An API token, stored as its SHA-256. tenant_id None with is_admin: the admin token."""
+
+    __tablename__ = "tokens"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    token_hash: Mapped[str] = mapped_column(String(64), unique=True)
+    tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=True)
+    is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
+    created_at: Mapped[float] = mapped_column(Float)
+
+
+class Job(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(32), primary_key=True)
+    tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
+    name: Mapped[str] = mapped_column(String(128))
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    status: Mapped[str] = mapped_column(String(16))
+    status_reason: Mapped[str] = mapped_column(Text, default="")
+    # Why the scheduler left it waiting in its last round (a WaitReason value), "" when not waiting.
+    wait_reason: Mapped[str] = mapped_column(String(32), default="")
+    priority: Mapped[int] = mapped_column(Integer, default=0)
+    learners: Mapped[int] = mapped_column(Integer)  # current size (elastic jobs change it)
+    submitted_at: Mapped[float] = mapped_column(Float)
+    queued_since: Mapped[float] = mapped_column(Float)
+    first_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    finished_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    attempts: Mapped[int] = mapped_column(Integer, default=0)  # attempts launched so far
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # attempts that failed (not preemptions)
+    preemptions: Mapped[int] = mapped_column(Integer, default=0)
+    # What is running now: {"learners": [{"rank", "node", "gpu_ids", "cpus", "mem_gb"}], "master_port"}
+    allocation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    executor_handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    # Progress as the scheduler sees it (JobView): work done as of a time, and GPU-seconds attained.
+    work_done_s: Mapped[float] = mapped_column(Float, default=0.0)
+    attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
+    run_started_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # current attempt's start
+    last_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    last_report_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    checkpoint_step: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    # Expected run time alone: the manifest's, else learned from reported progress.
+    expected_duration_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    halt_requested: Mapped[bool] = mapped_column(Boolean, default=False)  # user halt pending
+    cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    target_learners: Mapped[int | None] = mapped_column(Integer, nullable=True)  # user scale request
+
+    __table_args__ = (
+        Index("ix_jobs_tenant_status", "tenant_id", "status"),
+        Index("ix_jobs_status", "status"),
+    )
+
+
+class Transition(Base):
+    """Every status change, with its time and reason: the job's history."""
+
+    __tablename__ = "transitions"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    from_status: Mapped[str | None] = mapped_column(String(16), nullable=True)
+    to_status: Mapped[str] = mapped_column(String(16))
+    at: Mapped[float] = mapped_column(Float)
+    reason: Mapped[str] = mapped_column(Text, default="")
+
+
+class Attempt(Base):
+    __tablename__ = "attempts"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    number: Mapped[int] = mapped_column(Integer)
+    started_at: Mapped[float] = mapped_column(Float)
+    ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
+    allocation: Mapped[dict[str, Any]] = mapped_column(JSON)
+    exit_codes: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # [[rank, code], ...]
+    outcome: Mapped[str] = mapped_column(String(16), default="running")  # running|succeeded|failed|stopped
+    failure_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
+    retry_decision: Mapped[str | None] = mapped_column(Text, nullable=True)
+    log_dir: Mapped[str] = mapped_column(Text)
+
+    __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),)
+
+
+class Estimate(Base):
+    """A queue-wait estimate as made (for the estimation-error report against the actual start)."""
+
+    __tablename__ = "estimates"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
+    made_at: Mapped[float] = mapped_column(Float)
+    estimated_start_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: not within horizon

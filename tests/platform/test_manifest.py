@@ -1,0 +1,52 @@
+from __future__ import annotations
+
+import pytest
+
+from loadmaster.platform.manifest import ManifestError, load_manifest_text, parse_manifest
+
+
+def test_a_full_manifest_round_trips() -> None:
+    m = load_manifest_text("""
+name: resnet50
+learners: 2
+resources: {gpus: 2, cpus: 8, memory_gb: 32}
+command: python train.py --epochs 3
+workdir: /tmp
+env: {BATCH: "64"}
+priority: 5
+placement: {strategy: spread, locality: relaxed}
+elastic: {min_learners: 1, max_learners: 4}
+retry: {policy: always, max_attempts: 5}
+max_runtime_s: 3600
+data: file:///data/imagenet
+results: /tmp/results
+""")
+    assert m.gpus == 4 and m.argv == ("/bin/sh", "-c", "python train.py --epochs 3")
+    assert parse_manifest(m.model_dump(mode="json")) == m
+
+
+@pytest.mark.parametrize(("doc", "field", "words"), [
+    ({"name": "x", "command": "true", "gpu": 1}, "gpu", "unknown field"),
+    ({"name": "x"}, "command", "field required"),
+    ({"name": "x", "command": ""}, "command", "command is empty"),
+    ({"name": "x", "command": "true", "resources": {"gpus": -1}}, "resources.gpus", "greater than or equal to 0"),
+    ({"name": "x", "command": "true", "resources": {"gpus": 10**9}}, "resources.gpus", "less than or equal"),
+    ({"name": "x", "command": "true", "learners": 0}, "learners", "greater than or equal to 1"),
+    ({"name": "x", "command": "true", "env": {"RANK": "3"}}, "env", "set by loadmaster"),
+    ({"name": "x y", "command": "true"}, "name", "letters, digits"),
+    ({"name": "x", "command": "true", "learners": 5, "elastic": {"min_learners": 1, "max_learners": 4}}, "",
+     "must lie between"),
+])
+def test_bad_manifests_name_the_field(doc: dict[str, object], field: str, words: str) -> None:
+    with pytest.raises(ManifestError) as err:
+        parse_manifest(doc)
+    fields = [loc for loc, _ in err.value.problems]
+    assert field in fields or (field == "" and fields), err.value.problems
+    assert words in str(err.value)
+
+
+def test_text_that_is_not_yaml_says_where() -> None:
+    with pytest.raises(ManifestError, match="line 3"):
+        load_manifest_text("name: x\ncommand: [unclosed\n")
+    with pytest.raises(ManifestError, match="mapping of fields"):
+        load_manifest_text("- a list")

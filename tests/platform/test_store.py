@@ -1,0 +1,70 @@
+from __future__ import annotations
+
+import pytest
+
+from loadmaster.core.job import IllegalTransition, JobStatus
+from loadmaster.platform.manifest import parse_manifest
+from loadmaster.platform.store.db import Store, StoreError
+from loadmaster.platform.store.jobs import add_job, transition
+from loadmaster.platform.store.models import Job, Tenant, Transition
+
+
+def _tenant(store: Store) -> int:
+    with store.session() as s:
+        t = Tenant(name="vision", gpu_quota=8, borrow_limit=None, created_at=0.0)
+        s.add(t)
+        s.flush()
+        return t.id
+
+
+def test_migrations_create_every_table_and_are_idempotent(db_url: str) -> None:
+    store = Store.open(db_url)
+    assert {"tenants", "tokens", "jobs", "transitions", "attempts", "estimates", "alembic_version"} <= set(store.tables())
+    store.close()
+    Store.open(db_url).close()  # a second start migrates nothing and fails nothing
+
+
+def test_every_status_change_is_recorded_with_time_and_reason(db_url: str) -> None:
+    store = Store.open(db_url)
+    tid = _tenant(store)
+    m = parse_manifest({"name": "resnet", "command": "python train.py", "learners": 2})
+    with store.session() as s:
+        job_id = add_job(s, tid, m, now=10.0).id
+    with store.session() as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        transition(s, job, JobStatus.PROCESSING, 12.0, "started on node-0")
+        transition(s, job, JobStatus.COMPLETED, 20.0, "all learners exited 0")
+    with store.session() as s:
+        rows = s.query(Transition).filter_by(job_id=job_id).order_by(Transition.id).all()
+        assert [(r.from_status, r.to_status, r.at) for r in rows] == [
+            (None, "QUEUED", 10.0), ("QUEUED", "PROCESSING", 12.0), ("PROCESSING", "COMPLETED", 20.0)]
+        job = s.get(Job, job_id)
+        assert job is not None and job.finished_at == 20.0 and job.manifest["learners"] == 2
+    store.close()
+
+
+def test_an_illegal_transition_changes_nothing(db_url: str) -> None:
+    store = Store.open(db_url)
+    tid = _tenant(store)
+    with store.session() as s:
+        job_id = add_job(s, tid, parse_manifest({"name": "x", "command": ["true"]}), now=1.0).id
+    with pytest.raises(IllegalTransition), store.session() as s:
+        job = s.get(Job, job_id)
+        assert job is not None
+        transition(s, job, JobStatus.CANCELLED, 2.0, "user")
+        transition(s, job, JobStatus.PROCESSING, 3.0, "illegal: CANCELLED is terminal")
+    with store.session() as s:  # the whole transaction rolled back: still QUEUED, one history row
+        job = s.get(Job, job_id)
+        assert job is not None and job.status == "QUEUED"
+        assert s.query(Transition).filter_by(job_id=job_id).count() == 1
+    store.close()
+
+
+def test_a_bad_url_names_the_fix() -> None:
+    with pytest.raises(StoreError, match="sqlite:///PATH or postgresql://"):
+        Store.open("not a url")
+    with pytest.raises(StoreError, match="only sqlite:// and postgresql://"):
+        Store.open("mysql://localhost/x")
+    with pytest.raises(StoreError, match="cannot open the store"):
+        Store.open("postgresql://postgres@127.0.0.1:1/nothing")
