@@ -15,6 +15,9 @@ FORBIDDEN = {
     "scheduling": {"traces", "sim", "cli", "platform", "runtime"},
     "traces": {"scheduling", "sim", "cli", "platform", "runtime"},
     "sim": {"cli", "platform", "runtime"},
+    # a learner installs loadmaster for the runtime alone: it may import nothing of the rest
+    "runtime": {"core", "traces", "scheduling", "sim", "cli", "platform", "web"},
+    "platform": {"cli"},
 }
 # what the pure core may never touch: clocks, databases, processes
 IMPURE_MODULES = {"time", "datetime", "sqlite3", "sqlalchemy", "subprocess", "os", "random", "socket"}
