@@ -118,8 +118,13 @@ def looks_like_shorthand(spec: str) -> bool:
 def parse_shorthand(spec: str) -> Cluster:
     """'9x4:v100,9x4:p100' -> Cluster. A token NNcpu or NNgb is a resource amount, any other token the
     GPU type (so a type cannot be spelled like a memory size; use YAML for that)."""
-    groups = [_parse_group(spec, g.strip()) for g in spec.split(",")]
-    return build_cluster(groups, name=spec)
+    return build_cluster(parse_shorthand_groups(spec), name=spec)
+
+
+def parse_shorthand_groups(spec: str) -> list[NodeGroup]:
+    """The groups of a shorthand spec, with cpus/mem_gb None where the spec leaves them out, so that a
+    caller can fill them from a real machine (platform/nodes.py) instead of the per-GPU defaults."""
+    return [_parse_group(spec, g.strip()) for g in spec.split(",")]
 
 
 def _bad(spec: str, problem: str) -> ClusterSpecError:

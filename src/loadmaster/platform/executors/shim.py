@@ -1,0 +1,117 @@
+"""The supervisor of one learner: `python -m loadmaster.platform.executors.shim` (request on stdin, JSON).
+
+An executor starts one shim per learner in a session of its own, so the shim outlives a kill -9 of the
+server (or of a Ray actor) and still records how its learner ended. The shim:
+- runs the learner's command in a process group of its own, stdin from /dev/null, stdout and stderr
+  appended to the log;
+- writes the pid file (its own and the learner's pid and start token, the boot id) once the command runs;
+  the executor waits for that file to know the launch worked; when the command cannot start, the shim
+  says why on stderr (which the executor points at the log) and exits with 127 without a pid file;
+- forwards SIGTERM to the learner's group (the executor signals the group directly too; this covers
+  anyone else who signals the shim);
+- when the command exits, kills what is left of its group (a background process of a shell script holding
+  a GPU), then writes the exit file: the code, negative for a signal (subprocess' convention).
+The request: {"argv": [...], "workdir": str, "env": {overlay}, "log": path, "exit": path, "pid": path}.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from types import FrameType
+from typing import Any
+
+from loadmaster.platform.executors.envvars import child_env
+from loadmaster.platform.executors.files import write_atomic
+from loadmaster.platform.executors.procs import boot_id, start_token
+
+CANNOT_START = 127
+
+
+@dataclass(frozen=True, slots=True)
+class ShimRequest:
+    argv: tuple[str, ...]
+    workdir: str
+    env: dict[str, str]  # set over the host's environment (envvars.child_env)
+    log: str
+    exit: str
+    pid: str
+
+    def to_json(self) -> str:
+        return json.dumps({"argv": list(self.argv), "workdir": self.workdir, "env": self.env,
+                           "log": self.log, "exit": self.exit, "pid": self.pid})
+
+    @staticmethod
+    def from_json(text: str) -> ShimRequest:
+        data: dict[str, Any] = json.loads(text)
+        return ShimRequest(tuple(data["argv"]), data["workdir"], dict(data["env"]), data["log"],
+                           data["exit"], data["pid"])
+
+
+class _Forwarder:
+    """Forwards SIGTERM to the learner's group; remembers one that arrived before the learner existed."""
+
+    def __init__(self) -> None:
+        self.pgid: int | None = None
+        self.pending = False
+
+    def __call__(self, signum: int, frame: FrameType | None) -> None:
+        if self.pgid is None:
+            self.pending = True
+        else:
+            _killpg(self.pgid, signal.SIGTERM)
+
+    def started(self, pgid: int) -> None:
+        self.pgid = pgid
+        if self.pending:
+            _killpg(pgid, signal.SIGTERM)
+
+
+def _killpg(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def run(request: ShimRequest) -> int:
+    forwarder = _Forwarder()
+    signal.signal(signal.SIGTERM, forwarder)
+    with open(request.log, "ab") as log:
+        try:
+            child = subprocess.Popen(
+                request.argv, cwd=request.workdir, env=child_env(os.environ, request.env),
+                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, process_group=0,
+            )
+        except OSError as exc:
+            print(f"loadmaster: cannot start {request.argv[0]!r} in {request.workdir!r}: {exc}", file=sys.stderr)
+            return CANNOT_START
+    forwarder.started(child.pid)
+    write_atomic(Path(request.pid), json.dumps({
+        "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
+        "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
+    }) + "\n")
+    # Wait without reaping: while the leader is a zombie its group id cannot be reused, so the group can
+    # be cleaned up safely before the leader is collected.
+    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
+    _killpg(child.pid, signal.SIGKILL)
+    code = child.wait()
+    write_atomic(Path(request.exit), f"{code}\n")
+    return 0
+
+
+def main() -> int:
+    request = ShimRequest.from_json(sys.stdin.read())
+    # Let go of the pipe from the server (sys.stdin.close() leaves fd 0 itself open).
+    devnull = os.open(os.devnull, os.O_RDONLY)
+    os.dup2(devnull, 0)
+    os.close(devnull)
+    return run(request)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
