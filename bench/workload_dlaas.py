@@ -11,6 +11,9 @@ They give no durations, memory or arrival process; those below are assumptions, 
     .venv/bin/python bench/workload_dlaas.py --out runs/dlaas.csv --seed 0
     loadmaster sim compare --trace runs/dlaas.csv --cluster 100x4:32cpu:128gb --policy fifo \
         --placement pack,spread --out runs/dlaas
+    # gang scheduling vs learner-at-a-time placement (the pod-at-a-time baseline), with and without a timeout
+    loadmaster sim compare --trace runs/dlaas.csv --cluster 100x4:32cpu:128gb --policy fifo \
+        --placement pack,spread --gang on,off --partial-timeout never,600,3600 --out runs/dlaas-gang
 """
 
 from __future__ import annotations

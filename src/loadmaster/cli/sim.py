@@ -11,10 +11,11 @@ from rich.table import Table
 from loadmaster.cli.common import SimProgress, console, err_console, guarded, print_json
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
-from loadmaster.scheduling.placement import PLACERS
-from loadmaster.scheduling.policies import POLICIES
+from loadmaster.scheduling.placement import PLACERS, make_placer
+from loadmaster.scheduling.policies import POLICIES, make_policy
 from loadmaster.sim.experiment import RunOptions, RunOutcome, simulate, write_comparison, write_run
 from loadmaster.sim.failures import RetryPolicy
+from loadmaster.sim.learner_at_a_time import check_supported, parse_gang, parse_timeout, timeout_label
 from loadmaster.sim.quotas import load_quota_file
 from loadmaster.traces import load_cluster, load_workload
 
@@ -38,6 +39,11 @@ CkptOpt = Annotated[float, typer.Option("--checkpoint-interval", min=0, help="Se
                                                                              "checkpoints (0: none).")]
 PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")]
 RestartOpt = Annotated[float, typer.Option("--restart-overhead", min=0, help="Seconds a restart costs.")]
+GANG_HELP = ("on: gang scheduling (a job's learners start together or not at all). off: learner-at-a-time, "
+             "like a pod-at-a-time scheduler (FIFO, pack or spread): learners bound so far hold GPUs idle "
+             "until the last one fits, and partial gangs can deadlock.")
+TIMEOUT_HELP = ("With --gang off: seconds after its first learner is bound that a still-partial job gives its "
+                "learners back and requeues, or 'never'.")
 
 
 def _inputs(trace: str, fmt: str, cluster: str) -> tuple[Workload, Cluster]:
@@ -67,10 +73,12 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
             "makespan_s", "avg_queue_delay_s", "fair_share_delay_s", "fragmentation_delay_s",
             "gpu_utilization", "max_rho", "median_rho", "jain_fairness", "preemptions",
             "gpu_hours_failed_attempts", "wall_time_s"]
+    if any(not run.summary.get("gang", True) for run in runs):
+        keys += ["deadlocked_jobs", "gpu_hours_held_by_partial_gangs", "partial_gang_timeouts"]
     for k in keys:
         cells = []
         for run in runs:
-            v = run.summary[k]
+            v = run.summary.get(k, "")
             cells.append(f"{v:,.3f}" if isinstance(v, float) and abs(v) < 100 else
                          f"{v:,.0f}" if isinstance(v, float) else f"{v:,}")
         table.add_row(k, *cells)
@@ -78,12 +86,28 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
 
 
 def _options(policy: str, placement: str, retry: RetryPolicy, max_attempts: int, seed: int,
-             quotas: Path | None, until: float | None, ckpt: float, restart: float) -> RunOptions:
+             quotas: Path | None, until: float | None, ckpt: float, restart: float, gang: bool = True,
+             partial_timeout: float | None = None) -> RunOptions:
     return RunOptions(
         policy=policy, placement=placement, retry=retry, max_attempts=max_attempts, seed=seed,
         checkpoint_interval_s=ckpt, restart_overhead_s=restart, until_s=until,
-        quotas=load_quota_file(quotas) if quotas else None,
+        quotas=load_quota_file(quotas) if quotas else None, gang=gang, partial_timeout_s=partial_timeout,
     )
+
+
+def _modes(gang: str, partial_timeout: str) -> list[tuple[bool, float | None, str]]:
+    """(gang, timeout, label suffix) for each comma-separated --gang value (x each timeout when off)."""
+    gangs = [parse_gang(g) for g in gang.split(",") if g.strip()] or [True]
+    timeouts = [parse_timeout(t) for t in partial_timeout.split(",") if t.strip()] or [None]
+    if all(gangs) and timeouts != [None]:
+        raise ValueError("--partial-timeout: applies to learner-at-a-time placement only; add --gang off")
+    modes: list[tuple[bool, float | None, str]] = []
+    for on in dict.fromkeys(gangs):
+        if on:
+            modes.append((True, None, ""))
+        else:
+            modes += [(False, t, f"/no-gang/timeout-{timeout_label(t)}") for t in timeouts]
+    return modes
 
 
 @app.command("run")
@@ -103,18 +127,25 @@ def run(
     until: UntilOpt = None,
     checkpoint_interval: CkptOpt = 900.0,
     restart_overhead: RestartOpt = 30.0,
+    gang: Annotated[str, typer.Option("--gang", help=GANG_HELP)] = "on",
+    partial_timeout: Annotated[str, typer.Option("--partial-timeout", help=TIMEOUT_HELP)] = "never",
     plots: PlotsOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
 ) -> None:
     """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
     _check_names([policy], [placement])
+    if "," in gang or "," in partial_timeout:
+        raise ValueError("--gang/--partial-timeout: one value each for sim run (lists are for sim compare)")
+    [(gang_on, timeout, suffix)] = _modes(gang, partial_timeout)
+    if not gang_on:
+        check_supported(make_policy(policy), make_placer(placement))
     workload, clu = _inputs(trace, fmt, cluster)
     opts = _options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
-                    restart_overhead)
+                    restart_overhead, gang_on, timeout)
     horizon = workload.jobs[-1].submit_time_s
-    bar = SimProgress(horizon, f"{policy}/{placement}", enabled=not as_json)
+    bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
     try:
-        outcome = simulate(workload, clu, opts, bar)
+        outcome = simulate(workload, clu, opts, bar, label=f"{policy}/{placement}{suffix}")
     finally:
         bar.close()
     written = write_run(out, outcome, plots)
@@ -143,10 +174,14 @@ def compare(
     until: UntilOpt = None,
     checkpoint_interval: CkptOpt = 900.0,
     restart_overhead: RestartOpt = 30.0,
+    gang: Annotated[str, typer.Option("--gang", help="Comma-separated: on, off. " + GANG_HELP)] = "on",
+    partial_timeout: Annotated[str, typer.Option("--partial-timeout", help="Comma-separated. " + TIMEOUT_HELP)
+                               ] = "never",
     plots: PlotsOpt = True,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
 ) -> None:
-    """Run several policies (x placements x retry policies) on one workload; one table, overlaid plots."""
+    """Run several policies (x placements x retry policies x gang modes) on one workload; one table, overlaid
+    plots."""
     policies = [p.strip() for p in policy.split(",") if p.strip()]
     placements = [p.strip() for p in placement.split(",") if p.strip()]
     try:
@@ -154,19 +189,25 @@ def compare(
     except ValueError:
         raise ValueError(f"--retry: choose from {', '.join(r.value for r in RetryPolicy)}") from None
     _check_names(policies, placements)
+    modes = _modes(gang, partial_timeout)
+    if not all(on for on, _, _ in modes):
+        for pol in policies:
+            for pl in placements:
+                check_supported(make_policy(pol), make_placer(pl))
     workload, clu = _inputs(trace, fmt, cluster)
     runs = []
     for pol in policies:
         for pl in placements:
             for rt in retries:
-                label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "")
-                opts = _options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
-                                restart_overhead)
-                bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
-                try:
-                    runs.append(simulate(workload, clu, opts, bar, label=label))
-                finally:
-                    bar.close()
+                for gang_on, timeout, suffix in modes:
+                    label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "") + suffix
+                    opts = _options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
+                                    restart_overhead, gang_on, timeout)
+                    bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
+                    try:
+                        runs.append(simulate(workload, clu, opts, bar, label=label))
+                    finally:
+                        bar.close()
     written = write_comparison(out, runs, plots)
     if as_json:
         print_json({r.label: r.summary for r in runs})

@@ -15,6 +15,7 @@ from loadmaster.scheduling.placement import make_placer
 from loadmaster.scheduling.policies import make_policy
 from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.failures import FailureModel, RetryPolicy
+from loadmaster.sim.learner_at_a_time import LearnerAtATimeSimulator
 from loadmaster.sim.metrics import summarize, write_jobs_csv
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.quotas import quotas_by_demand
@@ -34,6 +35,8 @@ class RunOptions:
     quotas: Mapping[str, TenantQuota] | None = None  # None: sized by demand
     locality_model: bool = True
     cpu_model: bool = True
+    gang: bool = True  # False: learner-at-a-time placement (sim/learner_at_a_time.py), the baseline
+    partial_timeout_s: float | None = None  # learner-at-a-time only: a partial gang gives up after this (None: never)
 
 
 @dataclass
@@ -47,16 +50,19 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
              label: str | None = None) -> RunOutcome:
     started = time.perf_counter()
     quotas = dict(opts.quotas) if opts.quotas is not None else quotas_by_demand(workload, cluster.total_gpus)
-    sim = Simulator(
+    parts = (
         cluster,
         make_policy(opts.policy),
         make_placer(opts.placement),
-        failures=FailureModel(opts.retry, opts.max_attempts, opts.seed),
-        perf=PerformanceModel(cluster, locality=opts.locality_model, cpu=opts.cpu_model),
-        config=SimConfig(opts.checkpoint_interval_s, opts.restart_overhead_s, opts.until_s, opts.seed),
-        tenants=quotas,
+        FailureModel(opts.retry, opts.max_attempts, opts.seed),
+        PerformanceModel(cluster, locality=opts.locality_model, cpu=opts.cpu_model),
+        SimConfig(opts.checkpoint_interval_s, opts.restart_overhead_s, opts.until_s, opts.seed),
+        quotas,
     )
+    sim = Simulator(*parts) if opts.gang else LearnerAtATimeSimulator(*parts, opts.partial_timeout_s)
     result = sim.run(workload, progress)
+    if opts.gang:  # true by construction: a gang holds all its GPUs or none
+        result.mode_metrics = {"gang": True, "gpu_hours_held_by_partial_gangs": 0.0, "deadlocked_jobs": 0}
     summary = summarize(result, time.perf_counter() - started)
     summary["policy"] = opts.policy
     summary["placement"] = opts.placement
@@ -83,6 +89,8 @@ COMPARE_COLUMNS = (
     "fair_share_delay_s", "fragmentation_delay_s", "gpu_utilization", "max_rho", "median_rho",
     "jain_fairness", "preemptions", "gpu_hours_failed_attempts", "wall_time_s",
 )
+# Shown only when a compared run places learner at a time.
+LEARNER_COLUMNS = ("unfinished", "deadlocked_jobs", "gpu_hours_held_by_partial_gangs", "partial_gang_timeouts")
 
 
 def _cell(v: Any) -> str:
@@ -96,8 +104,9 @@ def write_comparison(out: Path, runs: list[RunOutcome], plots: bool = True) -> l
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:
         write_run(out / run.label.replace("/", "_"), run, plots)
-    header = ["run", *COMPARE_COLUMNS]
-    rows = [[run.label, *(_cell(run.summary.get(c, "")) for c in COMPARE_COLUMNS)] for run in runs]
+    columns = COMPARE_COLUMNS + (LEARNER_COLUMNS if any(not r.summary.get("gang", True) for r in runs) else ())
+    header = ["run", *columns]
+    rows = [[run.label, *(_cell(run.summary.get(c, "")) for c in columns)] for run in runs]
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
     md += ["| " + " | ".join(r) + " |" for r in rows]
     (out / "comparison.md").write_text("\n".join(md) + "\n")

@@ -105,6 +105,7 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "attempts": sum(r.attempts_run for r in records),
         "decisions": result.decisions,
         "wall_time_s": wall_time_s,
+        **result.mode_metrics,
     }
 
 

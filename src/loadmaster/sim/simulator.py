@@ -47,6 +47,8 @@ class SimResult:
     decisions: int
     resizes: int = 0
     tenants: Mapping[str, TenantQuota] = field(default_factory=dict)
+    # Extra summary.json keys from a simulation mode other than gang scheduling (learner_at_a_time.py).
+    mode_metrics: dict[str, float | int | bool | None] = field(default_factory=dict)
 
 
 @dataclass(slots=True)
@@ -252,15 +254,17 @@ class _Run:
             live.record.wait_s[key] = live.record.wait_s.get(key, 0.0) + waited
         live.reason_since = self.clock
 
-    def hold(self, alloc: Allocation, sign: int) -> None:
-        """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative."""
+    def hold(self, alloc: Allocation, sign: int, busy: bool = True) -> None:
+        """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative.
+        busy=False for learners that hold GPUs without computing (a partial gang, learner_at_a_time.py)."""
         for node, count in alloc.per_node().items():
             self.free_gpus[node] -= sign * count * alloc.gpus_per_learner
             self.free_cpus[node] -= sign * count * alloc.cpus_per_learner
             self.free_mem[node] -= sign * count * alloc.mem_gb_per_learner
             if self.free_gpus[node] < -1e-9 or self.free_cpus[node] < -1e-6 or self.free_mem[node] < -1e-6:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
-        self.busy += sign * alloc.gpus
+        if busy:
+            self.busy += sign * alloc.gpus
 
     def start(self, live: _Live, alloc: Allocation) -> None:
         self.close_wait(live)
