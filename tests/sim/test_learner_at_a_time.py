@@ -72,10 +72,12 @@ def test_a_timeout_breaks_the_deadlock() -> None:
 
 
 def test_a_timeout_that_cannot_help_is_reported_as_a_livelock() -> None:
-    # Two learners of 2 GPUs on servers of 1 and 3 GPUs: one learner binds, the other never fits. The
-    # feasibility check (GPUs in total, largest server) lets it through, so it binds, times out and binds
-    # again, forever; the run stops at the first repeat and reports it.
-    res = run(cluster(1, 3), job("x", 2, 2), timeout=100)
+    # Two learners of 4 GPUs; one server of type a, two of type b. Pack binds the first learner on the a
+    # server, and later learners must stay on the first one's type, so the second never fits: the job binds,
+    # times out and binds the same way again, forever (a gang scheduler would use the two b servers). The
+    # run stops at the first repeat and reports it.
+    c = Cluster(tuple(Node(f"n{i}", 4, 32, 256, gpu_type=t) for i, t in enumerate("abb")))
+    res = run(c, job("x", 2, 4), timeout=100)
     m = res.mode_metrics
     assert m["livelock"] is True and m["deadlocked_jobs"] == 1 and m["partial_gang_timeouts"] == 1
     assert res.end_s == pytest.approx(100)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import JobSpec
@@ -31,20 +32,29 @@ def _never_fits(spec: JobSpec, cluster: Cluster, n: int) -> str | None:
         eligible &= [spec.speed_on(t) != 0 for t in names]
         if not eligible.any():
             return "runs on none of the cluster's GPU types (zero throughput on each)"
-    if g > 0 and len(cluster.gpu_types) > 1:
-        # A gang never mixes GPU types, so it must fit within one type's servers.
-        fits_a_type = False
-        for t, mask in cluster.type_masks:
-            if t in spec.excluded_types:
-                continue
-            per_node = np.floor_divide(caps[mask], g)
-            if int(per_node.sum()) >= n:
-                fits_a_type = True
-                break
-        if not fits_a_type:
-            return f"needs {n} learners x {g} GPUs of one GPU type, and no type has that many"
     if spec.cpus_per_learner > float(cluster.cpu_capacity[eligible].max()):
         return (f"needs {spec.cpus_per_learner:g} CPUs per learner but no server with {g} GPUs has that many")
     if spec.mem_gb_per_learner > float(cluster.mem_capacity[eligible].max()):
         return (f"needs {spec.mem_gb_per_learner:g} GB per learner but no server with {g} GPUs has that much")
+    # Whole learners per server (GPUs, CPUs and memory each bound it): a gang of n needs n such slots, and a
+    # gang never mixes GPU types, so within one type's servers. Totals alone are not enough: 2 learners x
+    # 2 GPUs never fit on servers of 1 and 3 GPUs.
+    slots = np.where(eligible, _learner_slots(spec, cluster), 0)
+    if len(cluster.gpu_types) > 1 and g > 0:
+        if not any(int(slots[mask].sum()) >= n for t, mask in cluster.type_masks if t not in spec.excluded_types):
+            return f"needs {n} learners x {g} GPUs of one GPU type, and no type has that many"
+    elif int(slots.sum()) < n:
+        return (f"needs {n} learners of {g} GPUs, {spec.cpus_per_learner:g} CPUs, {spec.mem_gb_per_learner:g} GB "
+                f"but the cluster's servers hold only {int(slots.sum())} such learners at once")
     return None
+
+
+def _learner_slots(spec: JobSpec, cluster: Cluster) -> npt.NDArray[np.int64]:
+    """How many learners of `spec` each server holds when empty."""
+    big = 1 << 40  # "unbounded" that still sums over any cluster without overflow
+    slots = np.full(len(cluster.nodes), big, dtype=np.int64)
+    for need, cap in ((spec.gpus_per_learner, cluster.gpu_capacity), (spec.cpus_per_learner, cluster.cpu_capacity),
+                      (spec.mem_gb_per_learner, cluster.mem_capacity)):
+        if need > 0:
+            slots = np.minimum(slots, np.floor(np.asarray(cap, dtype=np.float64) / need + 1e-9).astype(np.int64))
+    return slots
