@@ -19,7 +19,8 @@ def _tenant(store: Store) -> int:
 
 def test_migrations_create_every_table_and_are_idempotent(db_url: str) -> None:
     store = Store.open(db_url)
-    assert {"tenants", "tokens", "jobs", "transitions", "attempts", "estimates", "alembic_version"} <= set(store.tables())
+    expected = {"tenants", "tokens", "jobs", "transitions", "attempts", "estimates", "alembic_version"}
+    assert expected <= set(store.tables())
     store.close()
     Store.open(db_url).close()  # a second start migrates nothing and fails nothing
 
@@ -68,3 +69,31 @@ def test_a_bad_url_names_the_fix() -> None:
         Store.open("mysql://localhost/x")
     with pytest.raises(StoreError, match="cannot open the store"):
         Store.open("postgresql://postgres@127.0.0.1:1/nothing")
+
+
+def test_read_modify_write_sessions_lose_no_update(db_url: str) -> None:
+    import threading
+
+    from sqlalchemy import select
+
+    store = Store.open(db_url)
+    tid = _tenant(store)
+    with store.session() as s:
+        job_id = add_job(s, tid, parse_manifest({"name": "x", "command": ["true"]}), now=1.0).id
+
+    def bump() -> None:
+        for _ in range(20):
+            with store.session(for_update=True) as s:
+                job = s.scalars(select(Job).where(Job.id == job_id).with_for_update()).one()
+                job.preemptions = job.preemptions + 1
+
+    threads = [threading.Thread(target=bump) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    with store.session() as s:
+        job = s.get(Job, job_id)
+        assert job is not None and job.preemptions == 80 and job.allocation is None
+        assert s.scalars(select(Job.id).where(Job.allocation.is_(None))).all() == [job_id]  # SQL NULL, not 'null'
+    store.close()

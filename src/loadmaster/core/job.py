@@ -123,6 +123,8 @@ class JobSpec:
     min_learners: int | None = None
     max_learners: int | None = None
     type_speed: tuple[tuple[str, float], ...] | None = None
+    # The placer this job asks for by name (a platform manifest's placement); "" = the shell's placer.
+    placement: str = ""
     # GPU types this job cannot run on (zero throughput there: e.g. it does not fit in memory).
     excluded_types: tuple[str, ...] = field(init=False, repr=False, compare=False)
 

@@ -39,6 +39,9 @@ def normalise_url(url: str) -> str:
 
 
 def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
+    # The driver's own transaction handling starts a transaction only at the first write, so a read-then-
+    # write would read outside it and could act on a stale row. Take control: BEGIN is emitted in _begin().
+    dbapi_conn.isolation_level = None
     cur = dbapi_conn.cursor()
     # WAL: readers (the API) do not block the writer (the control loop); NORMAL is durable across a
     # process crash (kill -9), which is the failure the platform promises to survive.
@@ -47,6 +50,15 @@ def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
     cur.execute("PRAGMA foreign_keys=ON")
     cur.execute("PRAGMA busy_timeout=10000")
     cur.close()
+
+
+IMMEDIATE = "loadmaster_begin_immediate"
+
+
+def _sqlite_begin(conn: Any) -> None:
+    # A read-modify-write transaction takes the write lock up front (BEGIN IMMEDIATE) so that what it read
+    # cannot change before it writes; plain reads stay deferred and never block the writer (WAL).
+    conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(IMMEDIATE) else "BEGIN")
 
 
 def make_engine(url: str) -> Engine:
@@ -60,6 +72,7 @@ def make_engine(url: str) -> Engine:
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
         event.listen(engine, "connect", _sqlite_pragmas)
+        event.listen(engine, "begin", _sqlite_begin)
     elif parsed.get_backend_name() == "postgresql":
         engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
     else:
@@ -101,8 +114,16 @@ class Store:
         return cls(engine, sessionmaker(engine, expire_on_commit=False))
 
     @contextmanager
-    def session(self) -> Iterator[Session]:
-        """One transaction: committed when the block ends, rolled back if it raises."""
+    def session(self, *, for_update: bool = False) -> Iterator[Session]:
+        """One transaction: committed when the block ends, rolled back if it raises.
+
+        for_update: the block reads rows and then changes them depending on what it read. On SQLite the
+        transaction then takes the write lock at its start; on PostgreSQL use select(...).with_for_update()
+        for the rows themselves (row locks need no special transaction)."""
+        if for_update and self.engine.dialect.name == "sqlite":
+            with Session(self.engine.execution_options(**{IMMEDIATE: True}), expire_on_commit=False) as s, s.begin():
+                yield s
+            return
         with self.sessions.begin() as s:
             yield s
 

@@ -11,7 +11,9 @@ from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
 class Base(DeclarativeBase):
-    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON, list[Any]: JSON}
+    # none_as_null: a Python None is SQL NULL (not the JSON text 'null'), so IS NULL means what it says.
+    type_annotation_map: ClassVar[dict[Any, Any]] = {dict[str, Any]: JSON(none_as_null=True),
+                                                     list[Any]: JSON(none_as_null=True)}
 
 
 class Tenant(Base):
@@ -42,7 +44,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     name: Mapped[str] = mapped_column(String(128))
-    manifest: Mapped[dict[str, Any]] = mapped_column(JSON)
+    manifest: Mapped[dict[str, Any]] = mapped_column(JSON(none_as_null=True))
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")
     # Why the scheduler left it waiting in its last round (a WaitReason value), "" when not waiting.
@@ -57,8 +59,8 @@ class Job(Base):
     failures: Mapped[int] = mapped_column(Integer, default=0)  # attempts that failed (not preemptions)
     preemptions: Mapped[int] = mapped_column(Integer, default=0)
     # What is running now: {"learners": [{"rank", "node", "gpu_ids", "cpus", "mem_gb"}], "master_port"}
-    allocation: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
-    executor_handle: Mapped[dict[str, Any] | None] = mapped_column(JSON, nullable=True)
+    allocation: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    executor_handle: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
     # Progress as the scheduler sees it (JobView): work done as of a time, and GPU-seconds attained.
     work_done_s: Mapped[float] = mapped_column(Float, default=0.0)
     attained_gpu_s: Mapped[float] = mapped_column(Float, default=0.0)
@@ -99,8 +101,8 @@ class Attempt(Base):
     number: Mapped[int] = mapped_column(Integer)
     started_at: Mapped[float] = mapped_column(Float)
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
-    allocation: Mapped[dict[str, Any]] = mapped_column(JSON)
-    exit_codes: Mapped[list[Any] | None] = mapped_column(JSON, nullable=True)  # [[rank, code], ...]
+    allocation: Mapped[dict[str, Any]] = mapped_column(JSON(none_as_null=True))
+    exit_codes: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # [[rank, code], ...]
     outcome: Mapped[str] = mapped_column(String(16), default="running")  # running|succeeded|failed|stopped
     failure_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
     retry_decision: Mapped[str | None] = mapped_column(Text, nullable=True)

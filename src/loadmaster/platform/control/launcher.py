@@ -1,0 +1,71 @@
+"""Gang launches run beside the loop: starting learners takes the executor tens to hundreds of milliseconds
+per gang (processes to spawn, a supervisor to report in), which must not stretch a round. A few threads
+call executor.launch(); the loop collects the handles (or the launch errors) at its next round, which
+the finished launch brings forward by waking the loop."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from typing import Any
+
+from loadmaster.platform.executors.base import AttemptSpec, Executor, LaunchError
+
+
+@dataclass(frozen=True, slots=True)
+class Launched:
+    job_id: str
+    attempt: int
+    handle: dict[str, Any] | None  # None when it failed
+    error: str | None
+
+
+class Launcher:
+    def __init__(self, executor: Executor, wake: Callable[[], None], workers: int = 4) -> None:
+        self._executor = executor
+        self._wake = wake
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadmaster-launch")
+        self._lock = threading.Lock()
+        self._running: dict[tuple[str, int], Future[dict[str, Any]]] = {}
+        self.closed = False
+
+    def launch(self, spec: AttemptSpec) -> None:
+        future = self._pool.submit(self._executor.launch, spec)
+        with self._lock:
+            self._running[(spec.job_id, spec.attempt)] = future
+        future.add_done_callback(lambda _: self._wake())
+
+    def collect(self) -> list[Launched]:
+        """Launches that finished since the last call."""
+        done: list[Launched] = []
+        with self._lock:
+            for key, future in list(self._running.items()):
+                if not future.done():
+                    continue
+                del self._running[key]
+                err = future.exception()
+                if err is None:
+                    done.append(Launched(*key, future.result(), None))
+                elif isinstance(err, LaunchError | OSError):
+                    done.append(Launched(*key, None, str(err) if isinstance(err, LaunchError)
+                                         else f"{err.__class__.__name__}: {err}"))
+                else:  # an executor bug: the gang did not start; say what happened rather than lose it
+                    done.append(Launched(*key, None, f"the executor failed: {err.__class__.__name__}: {err}"))
+        return done
+
+    def pending(self) -> int:
+        with self._lock:
+            return len(self._running)
+
+    def wait(self, timeout_s: float) -> None:
+        """Block until the launches under way have finished (shutdown, tests)."""
+        with self._lock:
+            futures = list(self._running.values())
+        for future in futures:
+            future.exception(timeout=timeout_s)
+
+    def close(self) -> None:
+        self.closed = True
+        self._pool.shutdown(wait=True, cancel_futures=False)  # a launch half done would leave learners unknown

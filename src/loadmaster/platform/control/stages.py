@@ -1,0 +1,82 @@
+"""DOWNLOADING and STORING run beside the loop: copies can take minutes, a round must take milliseconds.
+
+A small thread pool does the copies (platform/staging.py); the loop collects what finished at its next
+round (the pool wakes it). A copy whose job moved on meanwhile (cancelled, halted) is still collected,
+and the loop ignores it; the copy itself is never interrupted halfway (a half-staged data directory is
+replaced by the next try).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future, ThreadPoolExecutor
+from dataclasses import dataclass
+from enum import StrEnum
+from pathlib import Path
+
+from loadmaster.platform.staging import Staged, StagingError, stage_in, stage_out
+
+
+class StageKind(StrEnum):
+    DOWNLOAD = "download"
+    UPLOAD = "upload"
+
+
+@dataclass(frozen=True, slots=True)
+class StageDone:
+    kind: StageKind
+    job_id: str
+    attempt: int
+    url: str
+    staged: Staged | None  # None when it failed
+    error: StagingError | None
+
+
+class Stager:
+    def __init__(self, wake: Callable[[], None], workers: int = 2) -> None:
+        self._wake = wake
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadmaster-stage")
+        self._lock = threading.Lock()
+        self._running: dict[tuple[StageKind, str], tuple[int, str, Future[Staged]]] = {}
+        self.closed = False
+
+    def download(self, job_id: str, attempt: int, url: str, dest: Path) -> None:
+        self._submit(StageKind.DOWNLOAD, job_id, attempt, url, lambda: stage_in(url, dest))
+
+    def upload(self, job_id: str, attempt: int, src: Path, url: str) -> None:
+        self._submit(StageKind.UPLOAD, job_id, attempt, url, lambda: stage_out(src, url))
+
+    def busy(self, kind: StageKind, job_id: str) -> bool:
+        with self._lock:
+            return (kind, job_id) in self._running
+
+    def _submit(self, kind: StageKind, job_id: str, attempt: int, url: str, copy: Callable[[], Staged]) -> None:
+        future = self._pool.submit(copy)
+        with self._lock:
+            self._running[(kind, job_id)] = (attempt, url, future)
+        future.add_done_callback(lambda _: self._wake())
+
+    def collect(self) -> list[StageDone]:
+        """Copies that finished since the last call."""
+        done: list[StageDone] = []
+        with self._lock:
+            for key, (attempt, url, future) in list(self._running.items()):
+                if not future.done():
+                    continue
+                del self._running[key]
+                kind, job_id = key
+                err = future.exception()
+                if err is None:
+                    done.append(StageDone(kind, job_id, attempt, url, future.result(), None))
+                elif isinstance(err, StagingError):
+                    done.append(StageDone(kind, job_id, attempt, url, None, err))
+                else:  # a bug or an unexpected library error: reported as a failed copy, never lost
+                    done.append(StageDone(kind, job_id, attempt, url, None,
+                                          StagingError(f"{url}: {err.__class__.__name__}: {err}")))
+        return done
+
+    def close(self) -> None:
+        """Stop taking copies; those under way finish in their threads (recover() redoes what is cut short)."""
+        self.closed = True
+        self._pool.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,124 @@
+"""The control loop's memory of attempts in flight. Everything here can be rebuilt from the store
+(recover()): the attempt rows say which attempt runs and whether a stop was asked for and why."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from loadmaster.core.job import Allocation
+from loadmaster.platform.executors.base import AttemptEnded, AttemptSpec
+
+
+class StopKind(StrEnum):
+    PREEMPT = "preempt"  # the scheduler wants the GPUs: HALTED -> QUEUED, resumes from its checkpoint
+    HALT = "halt"  # the user: HALTED until resumed
+    CANCEL = "cancel"  # the user: CANCELLED
+    RESIZE = "resize"  # elastic scale: relaunched at the new size right after
+    RUNTIME = "runtime"  # max_runtime_s reached: FAILED
+
+    @property
+    def frees_resources(self) -> bool:
+        """True if the scheduler may count the job's resources as free while it stops."""
+        return self is not StopKind.RESIZE
+
+    @property
+    def rank(self) -> int:
+        """A user's request overrides the scheduler's: a preempted job that the user cancels is cancelled."""
+        return _RANK[self]
+
+
+_RANK = {StopKind.RESIZE: 0, StopKind.PREEMPT: 1, StopKind.RUNTIME: 2, StopKind.HALT: 3, StopKind.CANCEL: 4}
+
+
+@dataclass(frozen=True, slots=True)
+class StopIntent:
+    kind: StopKind
+    detail: str  # e.g. "preempted by priority for j-123"
+
+    def encode(self) -> str:
+        """As kept in Attempt.retry_decision while the stop is under way (Attempt.outcome 'stopping')."""
+        return f"{self.kind.value}: {self.detail}"
+
+    @classmethod
+    def decode(cls, text: str | None) -> StopIntent | None:
+        kind, sep, detail = (text or "").partition(": ")
+        try:
+            return cls(StopKind(kind), detail) if sep else None
+        except ValueError:
+            return None
+
+
+class Phase(StrEnum):
+    DOWNLOADING = "downloading"  # data being staged; no learner runs yet
+    LAUNCHING = "launching"  # the executor is starting the gang
+    RUNNING = "running"  # learners launched
+
+
+@dataclass
+class ProgressTrack:
+    """Reports of the current attempt, reduced to what estimates need."""
+
+    first_time: float | None = None
+    first_step: int | None = None
+    last_time: float | None = None
+    last_step: int | None = None
+    total_steps: float | None = None
+    fraction: float | None = None  # report(progress=0.4): share of the job done
+    flushed_at: float = 0.0  # when it was last written to the store
+
+    def add(self, time: float, step: int, total_steps: float | None, fraction: float | None) -> None:
+        if self.first_time is None or self.first_step is None or step < self.first_step:
+            self.first_time, self.first_step = time, step
+        if self.last_time is None or time >= self.last_time:
+            self.last_time, self.last_step = time, step
+        if total_steps is not None:
+            self.total_steps = total_steps
+        if fraction is not None:
+            self.fraction = fraction
+
+    def steps_per_s(self, min_span_s: float = 1.0) -> float | None:
+        """The attempt's step rate, once reports span at least `min_span_s`."""
+        if None in (self.first_time, self.last_time, self.first_step, self.last_step):
+            return None
+        assert self.first_time is not None and self.last_time is not None
+        assert self.first_step is not None and self.last_step is not None
+        span = self.last_time - self.first_time
+        steps = self.last_step - self.first_step
+        if span < min_span_s or steps <= 0:
+            return None
+        return steps / span
+
+
+@dataclass
+class RunState:
+    """One job whose attempt is in flight (DOWNLOADING or PROCESSING), as the loop tracks it."""
+
+    job_id: str
+    attempt: int
+    spec: AttemptSpec
+    allocation: Allocation
+    phase: Phase
+    started_at: float  # attempt start (reservation)
+    prior_runtime_s: float = 0.0  # run time of earlier attempts (max_runtime_s counts them)
+    stop: StopIntent | None = None
+    resize_to: Allocation | None = None  # the allocation a RESIZE stop relaunches on
+    progress: ProgressTrack = field(default_factory=ProgressTrack)
+    # Progress as the store holds it: work done and GPU-seconds attained as of `as_of` (see progress.py).
+    as_of: float = 0.0
+    work_done_s: float = 0.0
+    attained_gpu_s: float = 0.0
+    running_since: float | None = None  # when the learners were launched (None while downloading)
+    expected_s: float | None = None  # expected duration last learned from progress
+    # An end the executor reported before the loop had collected the launch (a learner that died at once).
+    early_end: AttemptEnded | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class PendingStart:
+    """A Start (or a resize's relaunch) whose GPUs are still held by learners that are stopping."""
+
+    job_id: str
+    allocation: Allocation
+    since: float
+    relaunch: bool = False  # a resize of a PROCESSING job (no status change), not a QUEUED job's start

@@ -1,0 +1,69 @@
+"""A learner for the control-loop tests, written as a training script would be (loadmaster.runtime only).
+
+    python control_learner.py train STEPS STEP_S            count to STEPS (one step per STEP_S seconds),
+                                                            resuming from the latest checkpoint
+    python control_learner.py fail RANK CODE MESSAGE        rank RANK prints a traceback ending in MESSAGE and
+                                                            exits CODE; the other ranks wait to be stopped
+    python control_learner.py fail-once RANK CODE MESSAGE STEPS STEP_S
+                                                            `fail` on the first attempt, `train` afterwards
+
+`train` checkpoints (rank 0) when asked to stop and exits 0, and at the end writes results/out.txt:
+"<first step of this attempt> <last step> <attempt> <contents of DATA_DIR/input.txt, if any>".
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+
+from loadmaster import runtime
+
+
+def train(steps: int, step_s: float) -> int:
+    context = runtime.init()
+    latest = runtime.latest_checkpoint()
+    first = runtime.checkpoint_step(latest) if latest is not None else 0
+    step = first
+    while step < steps:
+        time.sleep(step_s)
+        step += 1
+        runtime.report(step=step, total_steps=steps)
+        if runtime.should_preempt():
+            if context.rank == 0:
+                runtime.save_checkpoint(str(step).encode(), step)
+            return 0
+    if context.rank == 0:
+        data = runtime.data_dir()
+        given = (data / "input.txt").read_text().strip() if data is not None and (data / "input.txt").exists() else ""
+        (runtime.results_dir() / "out.txt").write_text(f"{first} {step} {context.attempt} {given}".strip())
+    return 0
+
+
+def fail(rank: int, code: int, message: str) -> int:
+    context = runtime.init()
+    if context.rank == rank:
+        time.sleep(0.2)
+        print("step 1 loss 2.3", flush=True)
+        print('Traceback (most recent call last):\n  File "train.py", line 12, in <module>\n    main()\n'
+              + message, file=sys.stderr, flush=True)
+        return code
+    while not runtime.should_preempt():
+        time.sleep(0.02)
+    return 0
+
+
+def main(argv: list[str]) -> int:
+    mode = argv[0]
+    if mode == "train":
+        return train(int(argv[1]), float(argv[2]))
+    if mode == "fail":
+        return fail(int(argv[1]), int(argv[2]), argv[3])
+    if mode == "fail-once":
+        if runtime.attempt() == 1:
+            return fail(int(argv[1]), int(argv[2]), argv[3])
+        return train(int(argv[4]), float(argv[5]))
+    raise SystemExit(f"unknown mode {mode!r}")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

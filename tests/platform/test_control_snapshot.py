@@ -1,0 +1,140 @@
+"""The pure parts of the control loop: store rows -> Snapshot, concrete GPUs, per-job placement."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from loadmaster.core.cluster import Cluster, Node
+from loadmaster.core.job import Allocation, JobStatus
+from loadmaster.platform.control.allocation import assign_gpus, held_gpus, keep_gpus, to_allocation, to_document
+from loadmaster.platform.control.rows import JobRow
+from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, SnapshotBuilder, placer_name
+from loadmaster.platform.control.state import PendingStart, Phase, RunState, StopIntent, StopKind
+from loadmaster.platform.executors.base import AttemptSpec
+from loadmaster.platform.manifest import JobManifest, parse_manifest
+from loadmaster.scheduling import decide, make_placer, make_policy
+from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.placement.per_job import PerJobPlacer
+from loadmaster.scheduling.snapshot import TenantQuota
+
+CLUSTER = Cluster((Node("n0", 4, 16.0, 64.0), Node("n1", 4, 16.0, 64.0)))
+NOW = 10_000.0
+
+
+def _row(job_id: str, status: JobStatus = JobStatus.QUEUED, **fields: Any) -> JobRow:
+    base: dict[str, Any] = dict(
+        id=job_id, tenant_id=1, status=status.value, priority=0, learners=1, submitted_at=100.0,
+        queued_since=100.0, first_started_at=None, attempts=0, failures=0, preemptions=0, allocation=None,
+        work_done_s=0.0, attained_gpu_s=0.0, run_started_at=None, last_report_at=None, expected_duration_s=None,
+        halt_requested=False, cancel_requested=False, target_learners=None, wait_reason="", state=status)
+    base.update(fields)
+    return JobRow(**base)
+
+
+def _manifest(**fields: Any) -> JobManifest:
+    return parse_manifest({"name": "m", "command": ["true"], **fields})
+
+
+def _run(job_id: str, alloc: Allocation, phase: Phase = Phase.RUNNING, stop: StopIntent | None = None) -> RunState:
+    spec = AttemptSpec(job_id, 1, ("true",), "/tmp", {}, (), 29500, "c", "r", "l", "p")
+    return RunState(job_id, 1, spec, alloc, phase, NOW - 50, stop=stop)
+
+
+def _doc(*learners: tuple[str, list[int]]) -> dict[str, Any]:
+    return {"learners": [{"rank": r, "node": n, "gpu_ids": g, "cpus": 1.0, "mem_gb": 1.0}
+                         for r, (n, g) in enumerate(learners)], "master_port": 29500}
+
+
+def test_rows_become_the_snapshot_decide_reads() -> None:
+    builder = SnapshotBuilder(CLUSTER)
+    rows = [
+        _row("q", expected_duration_s=600.0, priority=3),
+        _row("r", JobStatus.PROCESSING, attempts=1, allocation=_doc(("n0", [0, 1])), run_started_at=NOW - 100,
+             last_report_at=NOW - 10, work_done_s=90.0, attained_gpu_s=180.0),
+        _row("halting", halt_requested=True),
+        _row("storing", JobStatus.STORING),
+    ]
+    manifests = {"q": _manifest(learners=2, resources={"gpus": 2}, placement={"strategy": "spread"}),
+                 "r": _manifest(resources={"gpus": 2}), "halting": _manifest(), "storing": _manifest()}
+    runs = {"r": _run("r", Allocation("r", (0,), 2, 1.0, 1.0))}
+    built = builder.build(NOW, rows, manifests, {1: "vision"}, {"vision": TenantQuota("vision", 8)}, runs, {})
+    snap = built.snapshot
+    [q] = snap.queued
+    assert (q.job_id, q.spec.learners, q.spec.gpus_per_learner, q.spec.duration_s, q.spec.priority) == \
+        ("q", 2, 2, 600.0, 3)
+    assert q.spec.placement == "spread" and q.spec.tenant == "vision"
+    [r] = snap.running
+    assert r.allocation == Allocation("r", (0,), 2, 1.0, 1.0) and r.spec.duration_s == DEFAULT_DURATION_S
+    assert r.rate == 1.0 and r.as_of == NOW - 10 and r.work_at(NOW) == pytest.approx(100.0)
+    assert list(snap.free_gpus) == [2.0, 4.0]
+    assert set(built.queued) == {"q"} and snap.tenants["vision"].gpus == 8
+
+
+def test_stopping_jobs_free_their_resources_and_pending_starts_hold_theirs() -> None:
+    builder = SnapshotBuilder(CLUSTER)
+    rows = [_row("victim", JobStatus.PROCESSING, attempts=1, allocation=_doc(("n0", [0, 1, 2, 3])),
+                 run_started_at=NOW - 100),
+            _row("winner")]
+    manifests = {"victim": _manifest(resources={"gpus": 4}), "winner": _manifest(resources={"gpus": 4})}
+    runs = {"victim": _run("victim", Allocation("victim", (0,), 4, 1.0, 1.0),
+                           stop=StopIntent(StopKind.PREEMPT, "preempted by winner"))}
+    pending = {"winner": PendingStart("winner", Allocation("winner", (0,), 4, 1.0, 1.0), NOW - 1)}
+    snap = builder.build(NOW, rows, manifests, {1: "t"}, {}, runs, pending).snapshot
+    assert [v.job_id for v in snap.running] == ["winner"] and not snap.queued
+    assert list(snap.free_gpus) == [0.0, 4.0]
+
+
+def test_a_scale_request_pins_the_size_of_an_elastic_job() -> None:
+    builder = SnapshotBuilder(CLUSTER)
+    elastic = _manifest(learners=2, elastic={"min_learners": 1, "max_learners": 4})
+    free = builder.build(NOW, [_row("e")], {"e": elastic}, {1: "t"}, {}, {}, {}).snapshot.queued[0].spec
+    assert free.elastic and (free.min_learners, free.max_learners) == (1, 4)
+    pinned = builder.build(NOW, [_row("e", target_learners=3)], {"e": elastic}, {1: "t"}, {}, {}, {})
+    spec = pinned.snapshot.queued[0].spec
+    assert not spec.elastic and spec.learners == 3
+
+
+def test_unchanged_rows_give_the_same_views() -> None:
+    builder = SnapshotBuilder(CLUSTER)
+    row, manifests = _row("q"), {"q": _manifest()}
+    first = builder.build(NOW, [row], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
+    again = builder.build(NOW + 5, [row], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
+    changed = builder.build(NOW + 5, [_row("q", priority=9)], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
+    assert again is first and changed is not first and changed.spec.priority == 9
+
+
+@pytest.mark.parametrize(("placement", "name"), [
+    ({}, ""), ({"strategy": "spread"}, "spread"), ({"locality": "relaxed"}, "locality"),
+    ({"strategy": "spread", "locality": "strict"}, "locality-strict")])
+def test_a_manifests_placement_names_its_placer(placement: dict[str, str], name: str) -> None:
+    assert placer_name(_manifest(placement=placement)) == name
+
+
+def test_each_job_is_placed_by_its_own_placer() -> None:
+    builder = SnapshotBuilder(CLUSTER)
+    rows = [_row("packed", submitted_at=1.0), _row("spread", submitted_at=2.0)]
+    manifests = {"packed": _manifest(learners=2), "spread": _manifest(learners=2, placement={"strategy": "spread"})}
+    snap = builder.build(NOW, rows, manifests, {1: "t"}, {}, {}, {}).snapshot
+    placer = PerJobPlacer(make_placer("pack"), PLACERS)
+    plan = decide(snap, make_policy("fifo"), placer)
+    nodes = {s.job_id: set(s.allocation.learner_nodes) for s in plan.starts}
+    assert len(nodes["packed"]) == 1 and len(nodes["spread"]) == 2
+    keys = {placer.cache_key(v, 2, snap) for v in snap.queued}
+    assert len(keys) == 2  # one shape, two placers: never memoised as one
+
+
+def test_gpus_are_the_lowest_free_and_a_resize_keeps_the_learners_that_stay() -> None:
+    held = held_gpus([_doc(("n0", [0, 2]))])
+    learners = assign_gpus(Allocation("j", (0, 0, 1), 1, 1.0, 1.0), CLUSTER, held)
+    assert learners is not None and [(x.node, x.gpu_ids) for x in learners] == [("n0", (1,)), ("n0", (3,)),
+                                                                                   ("n1", (0,))]
+    assert assign_gpus(Allocation("j", (0,), 3, 1.0, 1.0), CLUSTER, held) is None  # held until they exit
+    current = to_document(learners, 29501)
+    grown = keep_gpus(Allocation("j", (0, 0, 1, 1), 1, 1.0, 1.0), CLUSTER, current, held_gpus([current]))
+    assert grown is not None and [x.gpu_ids for x in grown] == [(1,), (3,), (0,), (1,)]
+    shrunk = keep_gpus(Allocation("j", (0,), 1, 1.0, 1.0), CLUSTER, current, held_gpus([current]))
+    assert shrunk is not None and [x.gpu_ids for x in shrunk] == [(1,)]
+    assert to_allocation("j", current, {"n0": 0, "n1": 1}) == Allocation("j", (0, 0, 1), 1, 1.0, 1.0)
+    assert to_allocation("j", current, {"n0": 0}) is None  # a node this cluster does not have
