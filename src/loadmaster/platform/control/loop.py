@@ -129,14 +129,16 @@ class ControlLoop:
     def _collect(self, now: float) -> None:
         """What happened since the last round: launches done, attempts ended, progress, copies done."""
         ctx = self.ctx
+        # Copies first: a copy that an attempt's end starts below is collected at the next tick, never in
+        # the same one, so STORING (and DOWNLOADING) is always a state the store shows, however fast the copy.
+        for copied in ctx.stager.collect():
+            stage_done(ctx, copied)
         for done in ctx.launcher.collect():
             launched(ctx, done)
         polled = ctx.executor.poll()
         take_progress(ctx, polled.progress)
         for ended in polled.ended:
             attempt_ended(ctx, ended)
-        for copied in ctx.stager.collect():
-            stage_done(ctx, copied)
         for run in list(ctx.runs.values()):
             enforce_runtime(ctx, run, ctx.manifest(run.job_id).max_runtime_s, now)
 
