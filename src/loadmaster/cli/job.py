@@ -1,0 +1,247 @@
+"""`loadmaster job submit|list|show|logs|cancel|halt|resume|scale`: a tenant's jobs on a running server."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+from rich.table import Table
+
+from loadmaster.cli.common import console, err_console, print_json
+from loadmaster.cli.remote import client, duration, fail, in_, remote, when
+
+if TYPE_CHECKING:
+    from loadmaster.platform.client import Client
+
+app = typer.Typer(help="Jobs on a running server (LOADMASTER_URL, LOADMASTER_TOKEN).", no_args_is_help=True)
+
+JobArg = Annotated[str, typer.Argument(help="The job's id, as `job submit` printed it.")]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
+TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+
+
+def _print_lines(rank: int, lines: list[str], prefix: bool) -> None:
+    head = f"[rank {rank}] " if prefix else ""
+    sys.stdout.write("".join(f"{head}{line}\n" for line in lines))
+    sys.stdout.flush()
+
+
+def _print_status(event: dict[str, Any]) -> None:
+    reason = f": {event['reason']}" if event.get("reason") else ""
+    err_console.print(f"[dim]{when(event['at'])}[/] [bold]{event['to_status']}[/]{reason}", highlight=False)
+
+
+def follow(c: Client, job_id: str, *, attempt: int | None = None, rank: int | None = None,
+           tail: int | None = None, after: int | None = None, every_attempt: bool = True) -> str:
+    """Print the job's status changes (stderr) and logs (stdout) live; the job's status when it ends (or,
+    with every_attempt=False, when the attempt ends)."""
+    while True:
+        ended: dict[str, Any] = {}
+        prefix = rank is None
+        for kind, data in c.follow(job_id, attempt=attempt, rank=rank, tail=tail, after=after):
+            if kind == "status":
+                _print_status(data)
+            elif kind == "attempt":
+                prefix = rank is None and len(data["ranks"]) > 1
+                err_console.print(f"[dim]-- attempt {data['attempt']} (ranks {', '.join(map(str, data['ranks']))})"
+                                  " --[/]", highlight=False)
+            elif kind == "log":
+                _print_lines(data["rank"], data["lines"], prefix)
+            elif kind == "end":
+                ended = data
+        if not ended:  # the server went away mid-stream
+            fail(f"the log stream of {job_id} ended early: is the server still running?")
+        status = str(ended["job_status"])
+        if status in TERMINAL or not every_attempt:
+            return status
+        # the job lives on (a retry, a preemption, a halt): follow its next attempt
+        attempt = (ended["attempt"] or 0) + 1
+        after = int(ended["transitions"])
+        tail = None
+
+
+def _exit_for(job_id: str, status: str) -> None:
+    if status == "COMPLETED":
+        err_console.print(f"job {job_id} [green]COMPLETED[/]", highlight=False)
+        return
+    err_console.print(f"job {job_id} [red]{status}[/]", highlight=False)
+    raise typer.Exit(1)
+
+
+@app.command("submit")
+@remote
+def submit(
+    file: Annotated[str, typer.Argument(help="The manifest: a YAML or JSON file, or - for standard input.")],
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Stream status and logs until the job ends; "
+                                                                 "exit 1 unless it COMPLETED.")] = False,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="With the admin token: the tenant to submit "
+                                                                "for.")] = None,
+    as_json: Json = False,
+) -> None:
+    """Submit a job."""
+    if file == "-":
+        text = sys.stdin.read()
+    else:
+        path = Path(file)
+        if not path.is_file():
+            fail(f"no such manifest file: {file}")
+        text = path.read_text(encoding="utf-8", errors="replace")
+    c = client(admin=tenant is not None)
+    job = c.submit(text, yaml=not file.endswith(".json"), tenant=tenant)
+    if as_json:
+        print_json(job)
+    else:
+        console.print(f"submitted {job['id']} ({job['name']}, {job['learners']} learner(s) x "
+                      f"{job['gpus_per_learner']} GPU(s)): {job['status']}", highlight=False)
+    if follow_:
+        _exit_for(job["id"], follow(c, job["id"], attempt=1, after=0))
+
+
+@app.command("list")
+@remote
+def list_jobs(
+    status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable).")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="Only jobs with this name.")] = None,
+    tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's jobs.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
+    as_json: Json = False,
+) -> None:
+    """List jobs, newest first."""
+    jobs = client().jobs(status=[s.upper() for s in status or []], name=name, tenant=tenant, limit=limit)
+    if as_json:
+        print_json(jobs)
+        return
+    table = Table(title=f"{len(jobs)} job(s)")
+    for col in ("id", "name", "tenant", "status", "learners x gpus", "submitted", "why"):
+        table.add_column(col)
+    for j in jobs:
+        why = j["wait_reason"] if j["status"] == "QUEUED" else j["status_reason"]
+        table.add_row(j["id"], j["name"], j["tenant"], j["status"], f"{j['learners']} x {j['gpus_per_learner']}",
+                      when(j["submitted_at"]), why)
+    console.print(table)
+
+
+@app.command("show")
+@remote
+def show(job_id: JobArg, as_json: Json = False) -> None:
+    """A job: status, history, attempts, progress, allocation, place in the queue."""
+    j = client().job(job_id)
+    if as_json:
+        print_json(j)
+        return
+    console.print(f"[bold]{j['id']}[/] {j['name']} (tenant {j['tenant']}): [bold]{j['status']}[/] "
+                  f"{j['status_reason']}", highlight=False)
+    console.print(f"  {j['learners']} learner(s) x {j['gpus_per_learner']} GPU(s), priority {j['priority']}; "
+                  f"submitted {when(j['submitted_at'])}; attempts {j['attempts']}, failures {j['failures']}, "
+                  f"preemptions {j['preemptions']}", highlight=False)
+    pending = [n for n in ("cancel", "halt") if j[f"{n}_requested"]]
+    if j["target_learners"] is not None:
+        pending.append(f"scale to {j['target_learners']}")
+    if pending:
+        console.print(f"  pending: {', '.join(pending)}", highlight=False)
+    if j["queue"]:
+        q = j["queue"]
+        console.print(f"  queue position {q['position']}, waiting: {q['wait_reason']}, estimated start "
+                      f"{in_(q['estimated_start_at'])}", highlight=False)
+    p = j["progress"]
+    if p["last_step"] is not None or p["work_done_s"]:
+        console.print(f"  progress: step {p['last_step']}, {duration(p['work_done_s'])} of work, checkpoint at "
+                      f"step {p['checkpoint_step']}, expected {duration(p['expected_duration_s'] or 0)}",
+                      highlight=False)
+    if j["allocation"]:
+        where = ", ".join(f"rank {lr['rank']} on {lr['node']} GPUs {lr['gpu_ids']}"
+                          for lr in j["allocation"]["learners"])
+        console.print(f"  running: {where}", highlight=False)
+    history = Table(title="history")
+    for col in ("at", "from", "to", "reason"):
+        history.add_column(col)
+    for h in j["history"]:
+        history.add_row(when(h["at"]), h["from_status"] or "", h["to_status"], h["reason"])
+    console.print(history)
+    if j["attempt_history"]:
+        attempts = Table(title="attempts")
+        for col in ("#", "started", "ran", "outcome", "exit codes", "failure class", "retry decision"):
+            attempts.add_column(col)
+        for a in j["attempt_history"]:
+            ran = duration((a["ended_at"] or a["started_at"]) - a["started_at"]) if a["ended_at"] else "running"
+            codes = " ".join(f"{e['rank']}:{e['exit_code']}" for e in a["exit_codes"])
+            attempts.add_row(str(a["number"]), when(a["started_at"]), ran, a["outcome"], codes,
+                             a["failure_category"] or "", a["retry_decision"] or "")
+        console.print(attempts)
+
+
+@app.command("logs")
+@remote
+def logs(
+    job_id: JobArg,
+    follow_: Annotated[bool, typer.Option("--follow", "-f", help="Stream new lines live (the next attempts "
+                                                                 "too, unless --attempt).")] = False,
+    rank: Annotated[int | None, typer.Option("--rank", min=0, help="One learner's log.")] = None,
+    attempt: Annotated[int | None, typer.Option("--attempt", min=1, help="Default: the latest.")] = None,
+    tail: Annotated[int | None, typer.Option("--tail", min=0, help="Only the last N lines (per rank).")] = None,
+) -> None:
+    """A job's logs (stdout and stderr of each learner)."""
+    c = client()
+    if follow_:
+        follow(c, job_id, attempt=attempt, rank=rank, tail=tail, every_attempt=attempt is None)
+        return
+    out = c.logs(job_id, attempt=attempt, rank=rank, tail=tail)
+    if out["attempt"] is None:
+        err_console.print(f"job {job_id} has not started an attempt yet", highlight=False)
+        return
+    prefix = len(out["ranks"]) > 1
+    for r in out["ranks"]:
+        if r["truncated"] and tail is None:
+            err_console.print(f"[dim](rank {r['rank']}: earlier lines left out)[/]", highlight=False)
+        _print_lines(r["rank"], r["lines"], prefix)
+
+
+def _act(job_id: str, verb: str, as_json: bool) -> None:
+    j = client().action(job_id, verb)
+    if as_json:
+        print_json(j)
+        return
+    flag = {"cancel": "cancel_requested", "halt": "halt_requested"}.get(verb)
+    if flag and j[flag]:
+        console.print(f"{j['id']}: {verb} requested; its learners are being stopped (status {j['status']} until "
+                      "they exit)", highlight=False)
+    else:
+        console.print(f"{j['id']}: {j['status']}", highlight=False)
+
+
+@app.command("cancel")
+@remote
+def cancel(job_id: JobArg, as_json: Json = False) -> None:
+    """Cancel a job (a running one once its learners have stopped)."""
+    _act(job_id, "cancel", as_json)
+
+
+@app.command("halt")
+@remote
+def halt(job_id: JobArg, as_json: Json = False) -> None:
+    """Halt a job; `job resume` continues it from its latest checkpoint."""
+    _act(job_id, "halt", as_json)
+
+
+@app.command("resume")
+@remote
+def resume(job_id: JobArg, as_json: Json = False) -> None:
+    """Resume a halted job (it queues again)."""
+    _act(job_id, "resume", as_json)
+
+
+@app.command("scale")
+@remote
+def scale(job_id: JobArg, learners: Annotated[int, typer.Argument(min=1, help="The new number of learners.")],
+          as_json: Json = False) -> None:
+    """Resize an elastic job (within its elastic min..max learners)."""
+    j = client().scale(job_id, learners)
+    if as_json:
+        print_json(j)
+    elif j["target_learners"] is not None:
+        console.print(f"{j['id']}: resizing from {j['learners']} to {j['target_learners']} learners (checkpoint "
+                      "and restart when the cluster allows)", highlight=False)
+    else:
+        console.print(f"{j['id']}: {j['learners']} learners ({j['status']})", highlight=False)

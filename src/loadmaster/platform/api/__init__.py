@@ -1,0 +1,1 @@
+"""The platform's HTTP API (FastAPI). `create_app(ApiContext(...))` builds it; server.py serves it."""

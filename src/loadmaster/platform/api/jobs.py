@@ -1,0 +1,199 @@
+"""/api/v1/jobs: submit, list, show, cancel, halt, resume, scale."""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Path, Query, Request
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+from starlette.concurrency import run_in_threadpool
+
+from loadmaster.core.job import JobStatus
+from loadmaster.platform import admission
+from loadmaster.platform.api import actions
+from loadmaster.platform.api.auth import Ctx, Who
+from loadmaster.platform.api.context import ApiContext
+from loadmaster.platform.api.errors import ApiError, field_error, responses
+from loadmaster.platform.api.models import (
+    JobDetail,
+    JobList,
+    JobSummary,
+    QueueEntryOut,
+    ScaleIn,
+    allocation_out,
+    attempt_out,
+    progress_out,
+    summary,
+    transition_out,
+)
+from loadmaster.platform.api.submission import decode_manifest
+from loadmaster.platform.manifest import JobManifest
+from loadmaster.platform.store.jobs import add_job
+from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
+from loadmaster.platform.store.tenants import Principal, get_tenant
+
+router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
+
+JobId = Annotated[str, Path(min_length=1, max_length=32, description="A job id, as `job submit` printed it.")]
+
+_MANIFEST_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "The job manifest (docs/platform.md, Manifest reference), as JSON or as YAML.",
+        "content": {
+            "application/json": {"schema": {"$ref": "#/components/schemas/JobManifest"}},
+            "application/yaml": {"schema": {"type": "string"}},
+        },
+    }
+}
+
+
+async def _bounded_body(request: Request, max_bytes: int) -> bytes:
+    """The body, refused (413) as soon as it passes max_bytes: a huge upload is never held in memory."""
+    too_large = ApiError(413, f"the manifest is larger than the limit of {max_bytes:,} bytes (put data in the "
+                              "`data` source, not in the manifest)", [("body", "too large")])
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > max_bytes:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > max_bytes:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _admin_submitter(ctx: ApiContext, tenant: str | None) -> tuple[int, str, int | None]:
+    """The tenant the admin submits for: (id, name, most GPUs it may hold)."""
+    if not tenant:
+        raise field_error(422, "tenant", "the admin token submits on behalf of a tenant: add ?tenant=NAME, "
+                                         "or submit with the tenant's own token")
+    with ctx.store.session() as s:
+        row = get_tenant(s, tenant)
+        return row.id, row.name, None if row.borrow_limit is None else row.gpu_quota + row.borrow_limit
+
+
+def _submitter(who: Principal, tenant: str | None) -> tuple[int, str, int | None]:
+    if tenant and tenant != who.tenant:
+        raise ApiError(403, f"this token submits for tenant {who.tenant!r} only", [("tenant", "another tenant")])
+    assert who.tenant_id is not None and who.tenant is not None
+    return who.tenant_id, who.tenant, who.max_gpus
+
+
+def _admit(ctx: ApiContext, manifest: JobManifest, tenant: str, max_gpus: int | None) -> None:
+    rejection = admission.admit(manifest, tenant, max_gpus, ctx.cluster)
+    if rejection is not None:
+        raise ApiError(422, f"rejected: {rejection.field}: {rejection.reason}", [(rejection.field, rejection.reason)])
+
+
+@router.post("", status_code=201, response_model=JobSummary, openapi_extra=_MANIFEST_BODY,
+             responses=responses(400, 401, 403, 404, 413, 415, 422, 503),
+             summary="Submit a job (the body is its manifest, JSON or YAML)")
+async def submit(request: Request, ctx: Ctx, who: Who,
+                 tenant: Annotated[str | None, Query(max_length=64, description="Admin only: the tenant to submit "
+                                                                                "for.")] = None) -> JobSummary:
+    manifest = decode_manifest(await _bounded_body(request, ctx.max_body_bytes), request.headers.get("content-type"),
+                               ctx.max_body_bytes)
+    if who.is_admin:
+        tenant_id, tenant_name, max_gpus = await run_in_threadpool(_admin_submitter, ctx, tenant)
+    else:
+        tenant_id, tenant_name, max_gpus = _submitter(who, tenant)
+    _admit(ctx, manifest, tenant_name, max_gpus)
+    now = ctx.clock()
+
+    def write(s: Session) -> JobSummary:
+        return summary(add_job(s, tenant_id, manifest, now), tenant_name)
+
+    # One INSERT of the job and its first history row, committed together with the submissions that arrived
+    # meanwhile (group commit); the loop is woken once the batch is committed.
+    return await ctx.submissions.submit(write)
+
+
+@router.get("", response_model=JobList, responses=responses(401, 422), summary="List jobs, newest first")
+def list_jobs(
+    ctx: Ctx, who: Who,
+    status: Annotated[list[JobStatus] | None, Query(description="Only jobs in these statuses (repeatable).")] = None,
+    name: Annotated[str | None, Query(max_length=128, description="Only jobs with this name.")] = None,
+    tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
+    limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
+    offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+) -> JobList:
+    q = select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
+    if not who.is_admin:
+        q = q.where(Job.tenant_id == who.tenant_id)
+    elif tenant:
+        q = q.where(Tenant.name == tenant)
+    if status:
+        q = q.where(Job.status.in_([s.value for s in status]))
+    if name:
+        q = q.where(Job.name == name)
+    q = q.order_by(Job.submitted_at.desc(), Job.id).limit(limit).offset(offset)
+    with ctx.store.session() as s:
+        return JobList(jobs=[summary(job, t) for job, t in s.execute(q)])
+
+
+def queue_entry(ctx: ApiContext, job_id: str, name: str) -> QueueEntryOut | None:
+    if ctx.loop is None:
+        return None
+    for e in ctx.loop.queue():
+        if e.job_id == job_id:
+            return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
+                                 wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at)
+    return None
+
+
+@router.get("/{job_id}", response_model=JobDetail, responses=responses(401, 404, 422),
+            summary="A job: status, history, attempts, progress, allocation, queue position")
+def show(job_id: JobId, ctx: Ctx, who: Who) -> JobDetail:
+    with ctx.store.session() as s:
+        job, tenant = actions.visible_job(s, who, job_id)
+        history = s.scalars(select(Transition).where(Transition.job_id == job.id).order_by(Transition.id))
+        attempts = s.scalars(select(Attempt).where(Attempt.job_id == job.id).order_by(Attempt.number))
+        detail = JobDetail(
+            **summary(job, tenant).model_dump(), manifest=job.manifest,
+            history=[transition_out(t) for t in history], attempt_history=[attempt_out(a) for a in attempts],
+            progress=progress_out(job), allocation=allocation_out(job.allocation), queue=None,
+        )
+    if detail.status is JobStatus.QUEUED:
+        detail.queue = queue_entry(ctx, job_id, detail.name)
+    return detail
+
+
+def _act(ctx: ApiContext, who: Principal, job_id: str, verb: Any, *args: Any) -> JobSummary:
+    def write(s: Any) -> JobSummary:
+        job, tenant = actions.visible_job(s, who, job_id, lock=True)
+        verb(s, job, *args)
+        return summary(job, tenant)
+
+    out = actions.in_transaction(ctx.store, write, for_update=True)
+    ctx.wake()
+    return out
+
+
+_ACTION_ERRORS = responses(401, 404, 409, 422, 503)
+
+
+@router.post("/{job_id}/cancel", response_model=JobSummary, responses=_ACTION_ERRORS,
+             summary="Cancel: a queued or halted job at once; a running one once its learners have stopped")
+def cancel(job_id: JobId, ctx: Ctx, who: Who) -> JobSummary:
+    return _act(ctx, who, job_id, actions.cancel, ctx.clock())
+
+
+@router.post("/{job_id}/halt", response_model=JobSummary, responses=_ACTION_ERRORS,
+             summary="Halt (resumable): a queued job at once; a running one after it checkpoints and stops")
+def halt(job_id: JobId, ctx: Ctx, who: Who) -> JobSummary:
+    return _act(ctx, who, job_id, actions.halt, ctx.clock())
+
+
+@router.post("/{job_id}/resume", response_model=JobSummary, responses=_ACTION_ERRORS,
+             summary="Resume a halted job: it queues again and restarts from its latest checkpoint")
+def resume(job_id: JobId, ctx: Ctx, who: Who) -> JobSummary:
+    return _act(ctx, who, job_id, actions.resume, ctx.clock())
+
+
+@router.post("/{job_id}/scale", response_model=JobSummary, responses=responses(400, 401, 404, 409, 422, 503),
+             summary="Change an elastic job's number of learners (within its elastic min..max)")
+def scale(job_id: JobId, body: ScaleIn, ctx: Ctx, who: Who) -> JobSummary:
+    return _act(ctx, who, job_id, actions.scale, body.learners)

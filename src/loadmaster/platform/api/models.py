@@ -1,0 +1,260 @@
+"""What the API answers (pydantic, so /docs and the OpenAPI schema describe every response)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from loadmaster.core.job import JobStatus
+from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
+from loadmaster.platform.store.tenants import TENANT_NAME_PATTERN
+
+
+class JobSummary(BaseModel):
+    id: str
+    name: str
+    tenant: str
+    status: JobStatus
+    status_reason: str
+    wait_reason: str  # why the scheduler left it waiting in its last round ("" when not waiting)
+    priority: int
+    learners: int
+    gpus_per_learner: int
+    gpus: int
+    submitted_at: float  # UNIX seconds
+    queued_since: float
+    first_started_at: float | None
+    finished_at: float | None
+    attempts: int
+    failures: int
+    preemptions: int
+    cancel_requested: bool
+    halt_requested: bool
+    target_learners: int | None
+
+
+class JobList(BaseModel):
+    jobs: list[JobSummary]
+
+
+class TransitionOut(BaseModel):
+    from_status: JobStatus | None
+    to_status: JobStatus
+    at: float
+    reason: str
+
+
+class RankExit(BaseModel):
+    rank: int
+    exit_code: int
+
+
+class AttemptOut(BaseModel):
+    number: int
+    started_at: float
+    ended_at: float | None
+    outcome: str  # running | succeeded | failed | stopped
+    exit_codes: list[RankExit]
+    failure_category: str | None
+    retry_decision: str | None
+
+
+class LearnerPlacement(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    rank: int
+    node: str
+    gpu_ids: list[int] = []
+    cpus: float | None = None
+    mem_gb: float | None = None
+
+
+class AllocationOut(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    learners: list[LearnerPlacement]
+    master_port: int | None = None
+
+
+class ProgressOut(BaseModel):
+    work_done_s: float
+    attained_gpu_s: float
+    last_step: int | None
+    last_report_at: float | None
+    checkpoint_step: int | None
+    expected_duration_s: float | None
+    run_started_at: float | None
+
+
+class QueueEntryOut(BaseModel):
+    job_id: str
+    name: str
+    tenant: str
+    position: int  # 1 = next in the policy's order
+    wait_reason: str
+    estimated_start_at: float | None  # UNIX seconds; None = beyond the estimator's horizon or not yet estimated
+
+
+class QueueOut(BaseModel):
+    entries: list[QueueEntryOut]
+
+
+class JobDetail(JobSummary):
+    manifest: dict[str, Any]
+    history: list[TransitionOut]
+    attempt_history: list[AttemptOut]
+    progress: ProgressOut
+    allocation: AllocationOut | None
+    queue: QueueEntryOut | None
+
+
+class RankLog(BaseModel):
+    rank: int
+    lines: list[str]
+    truncated: bool  # earlier lines exist that are not included
+
+
+class LogsOut(BaseModel):
+    job_id: str
+    attempt: int | None  # None: no attempt has started yet
+    ranks: list[RankLog]
+
+
+class ScaleIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    learners: int = Field(ge=1, le=1024, description="The new number of learners, within elastic min..max.")
+
+
+class TenantOut(BaseModel):
+    name: str
+    gpu_quota: int
+    borrow_limit: int | None  # None: may borrow any idle GPU
+    created_at: float
+    gpus_in_use: int
+    jobs_queued: int
+    jobs_running: int
+
+
+class TenantList(BaseModel):
+    tenants: list[TenantOut]
+
+
+class TenantIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    name: str = Field(pattern=TENANT_NAME_PATTERN, description="1-64 lower-case letters, digits, '.', '_', '-', "
+                                                               "starting with a letter or digit.")
+    gpus: int = Field(ge=0, le=1_000_000, description="Nominal GPU quota (guaranteed).")
+    borrow: int | None = Field(default=None, ge=0, le=1_000_000,
+                               description="Borrowing limit: idle GPUs beyond the quota; null: no limit.")
+
+
+class QuotaIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    gpus: int | None = Field(default=None, ge=0, le=1_000_000, description="New nominal quota; absent: unchanged.")
+    borrow: int | None = Field(default=None, ge=0, le=1_000_000,
+                               description="New borrowing limit; absent: unchanged; null: no limit.")
+
+
+class TokenOut(BaseModel):
+    tenant: str
+    token: str  # shown once: the server keeps only its hash
+
+
+class TenantCreated(BaseModel):
+    tenant: TenantOut
+    token: str  # shown once: the server keeps only its hash
+
+
+class WhoAmI(BaseModel):
+    admin: bool
+    tenant: str | None
+    gpu_quota: int | None
+    borrow_limit: int | None
+
+
+class NodeOut(BaseModel):
+    name: str
+    gpu_type: str
+    rack: str
+    gpus: int
+    gpus_used: int
+    gpus_free: int
+    cpus: float
+    cpus_used: float
+    mem_gb: float
+    mem_used_gb: float
+    jobs: list[str]  # running jobs on this node that the token may see
+
+
+class RunningJobOut(BaseModel):
+    id: str
+    name: str
+    tenant: str
+    status: JobStatus
+    learners: int
+    gpus: int
+    nodes: list[str]
+
+
+class ClusterOut(BaseModel):
+    name: str
+    description: str
+    total_gpus: int
+    gpus_used: int
+    gpus_free: int
+    nodes: list[NodeOut]
+    running: list[RunningJobOut]  # the running jobs the token may see
+    other_running: int  # running jobs of other tenants (counted, not shown)
+
+
+class Health(BaseModel):
+    status: str
+    version: str
+    scheduler: bool  # a control loop is attached
+
+
+def gpus_per_learner(job: Job) -> int:
+    resources = job.manifest.get("resources") or {}
+    return int(resources.get("gpus", 1))
+
+
+def summary(job: Job, tenant: str) -> JobSummary:
+    per = gpus_per_learner(job)
+    return JobSummary(
+        id=job.id, name=job.name, tenant=tenant, status=JobStatus(job.status), status_reason=job.status_reason,
+        wait_reason=job.wait_reason, priority=job.priority, learners=job.learners, gpus_per_learner=per,
+        gpus=per * job.learners, submitted_at=job.submitted_at, queued_since=job.queued_since,
+        first_started_at=job.first_started_at, finished_at=job.finished_at, attempts=job.attempts,
+        failures=job.failures, preemptions=job.preemptions, cancel_requested=job.cancel_requested,
+        halt_requested=job.halt_requested, target_learners=job.target_learners,
+    )
+
+
+def transition_out(t: Transition) -> TransitionOut:
+    return TransitionOut(from_status=JobStatus(t.from_status) if t.from_status else None,
+                         to_status=JobStatus(t.to_status), at=t.at, reason=t.reason)
+
+
+def attempt_out(a: Attempt) -> AttemptOut:
+    exits = [RankExit(rank=int(r), exit_code=int(c)) for r, c in (a.exit_codes or [])]
+    return AttemptOut(number=a.number, started_at=a.started_at, ended_at=a.ended_at, outcome=a.outcome,
+                      exit_codes=exits, failure_category=a.failure_category, retry_decision=a.retry_decision)
+
+
+def allocation_out(raw: dict[str, Any] | None) -> AllocationOut | None:
+    if not raw:
+        return None
+    try:
+        return AllocationOut.model_validate(raw)
+    except ValidationError:  # written by the control loop; a shape this API does not know is left out
+        return None
+
+
+def progress_out(job: Job) -> ProgressOut:
+    return ProgressOut(work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s, last_step=job.last_step,
+                       last_report_at=job.last_report_at, checkpoint_step=job.checkpoint_step,
+                       expected_duration_s=job.expected_duration_s, run_started_at=job.run_started_at)
+
+
+def tenant_out(t: Tenant, gpus_in_use: int = 0, queued: int = 0, running: int = 0) -> TenantOut:
+    return TenantOut(name=t.name, gpu_quota=t.gpu_quota, borrow_limit=t.borrow_limit, created_at=t.created_at,
+                     gpus_in_use=gpus_in_use, jobs_queued=queued, jobs_running=running)

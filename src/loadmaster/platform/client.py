@@ -1,0 +1,171 @@
+"""A client of the platform's HTTP API (httpx): what the CLI uses, and a small SDK.
+
+Answers are the API's JSON (dicts). Every failure is a ClientError whose message is one line naming the fix:
+a server that is not there, a missing or unknown token, or the API's own error (which names the field).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import httpx
+
+DEFAULT_URL = "http://127.0.0.1:8080"
+URL_ENV = "LOADMASTER_URL"
+TOKEN_ENV = "LOADMASTER_TOKEN"
+ADMIN_TOKEN_ENV = "LOADMASTER_ADMIN_TOKEN"
+API = "/api/v1"
+
+
+class ClientError(Exception):
+    def __init__(self, message: str, status: int | None = None, problems: list[dict[str, str]] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problems = problems or []
+
+
+def _error_of(response: httpx.Response) -> ClientError:
+    try:
+        body = response.json()
+        message, problems = str(body.get("error") or response.reason_phrase), list(body.get("problems") or [])
+    except (ValueError, AttributeError):
+        message, problems = f"HTTP {response.status_code} {response.reason_phrase}", []
+    if response.status_code == 401:
+        message += f" (set {TOKEN_ENV}, or {ADMIN_TOKEN_ENV} for the admin's verbs)"
+    return ClientError(message, response.status_code, problems)
+
+
+class Client:
+    def __init__(self, url: str | None = None, token: str | None = None, *, timeout_s: float = 30.0) -> None:
+        self.url = (url or DEFAULT_URL).rstrip("/")
+        self.token = token
+        headers = {"Authorization": f"Bearer {token}"} if token else {}
+        self._http = httpx.Client(base_url=self.url, headers=headers, timeout=timeout_s)
+
+    @classmethod
+    def from_env(cls, *, admin: bool = False, env: Mapping[str, str] | None = None) -> Client:
+        """LOADMASTER_URL and LOADMASTER_TOKEN (admin: LOADMASTER_ADMIN_TOKEN first)."""
+        env = os.environ if env is None else env
+        token = (env.get(ADMIN_TOKEN_ENV) if admin else None) or env.get(TOKEN_ENV)
+        if not token:
+            need = f"{ADMIN_TOKEN_ENV} (or {TOKEN_ENV}) to the admin token" if admin else \
+                f"{TOKEN_ENV} to your tenant's token (from `loadmaster tenant create`)"
+            raise ClientError(f"no token: set {need}")
+        return cls(env.get(URL_ENV) or DEFAULT_URL, token)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *_exc: object) -> None:
+        self.close()
+
+    # -- plumbing --------------------------------------------------------------------------------------
+    def _unreachable(self, err: Exception) -> ClientError:
+        return ClientError(f"cannot reach the loadmaster server at {self.url} ({err.__class__.__name__}): start it "
+                           f"with `loadmaster server`, or set {URL_ENV} to its address")
+
+    def request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            response = self._http.request(method, path, **kwargs)
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+        if response.status_code >= 400:
+            raise _error_of(response)
+        return response.json()
+
+    # -- jobs ------------------------------------------------------------------------------------------
+    def submit(self, manifest: str | Mapping[str, Any], *, yaml: bool = True, tenant: str | None = None) -> Any:
+        """Submit a manifest: YAML (or JSON) text, or a mapping."""
+        params = {"tenant": tenant} if tenant else None
+        if isinstance(manifest, str):
+            kind = "application/yaml" if yaml else "application/json"
+            return self.request("POST", f"{API}/jobs", content=manifest.encode(), headers={"content-type": kind},
+                                params=params)
+        return self.request("POST", f"{API}/jobs", json=dict(manifest), params=params)
+
+    def jobs(self, *, status: list[str] | None = None, name: str | None = None, tenant: str | None = None,
+             limit: int = 100) -> list[Any]:
+        params: dict[str, Any] = {"limit": limit}
+        if status:
+            params["status"] = status
+        if name:
+            params["name"] = name
+        if tenant:
+            params["tenant"] = tenant
+        return list(self.request("GET", f"{API}/jobs", params=params)["jobs"])
+
+    def job(self, job_id: str) -> Any:
+        return self.request("GET", f"{API}/jobs/{job_id}")
+
+    def action(self, job_id: str, verb: str) -> Any:
+        """cancel, halt or resume."""
+        return self.request("POST", f"{API}/jobs/{job_id}/{verb}")
+
+    def scale(self, job_id: str, learners: int) -> Any:
+        return self.request("POST", f"{API}/jobs/{job_id}/scale", json={"learners": learners})
+
+    def logs(self, job_id: str, *, attempt: int | None = None, rank: int | None = None,
+             tail: int | None = None) -> Any:
+        params = {k: v for k, v in (("attempt", attempt), ("rank", rank), ("tail", tail)) if v is not None}
+        return self.request("GET", f"{API}/jobs/{job_id}/logs", params=params)
+
+    def follow(self, job_id: str, *, attempt: int | None = None, rank: int | None = None, tail: int | None = None,
+               after: int | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+        """The log stream's events (status, attempt, log, end) until the attempt ends."""
+        params = {k: v for k, v in (("attempt", attempt), ("rank", rank), ("tail", tail), ("after", after))
+                  if v is not None}
+        try:
+            with self._http.stream("GET", f"{API}/jobs/{job_id}/logs/stream", params=params,
+                                   timeout=httpx.Timeout(30.0, read=None)) as response:
+                if response.status_code >= 400:
+                    response.read()
+                    raise _error_of(response)
+                kind = "message"
+                for line in response.iter_lines():
+                    if line.startswith("event:"):
+                        kind = line[6:].strip()
+                    elif line.startswith("data:"):
+                        yield kind, json.loads(line[5:])
+                    elif not line:
+                        kind = "message"
+        except httpx.TransportError as err:
+            raise self._unreachable(err) from None
+
+    # -- the rest --------------------------------------------------------------------------------------
+    def queue(self, tenant: str | None = None) -> list[Any]:
+        return list(self.request("GET", f"{API}/queue", params={"tenant": tenant} if tenant else None)["entries"])
+
+    def cluster(self) -> Any:
+        return self.request("GET", f"{API}/cluster")
+
+    def tenants(self) -> list[Any]:
+        return list(self.request("GET", f"{API}/tenants")["tenants"])
+
+    def create_tenant(self, name: str, gpus: int, borrow: int | None = None) -> Any:
+        return self.request("POST", f"{API}/tenants", json={"name": name, "gpus": gpus, "borrow": borrow})
+
+    def set_quota(self, name: str, *, gpus: int | None = None, borrow: int | None = None,
+                  unlimited_borrowing: bool = False) -> Any:
+        body: dict[str, Any] = {}
+        if gpus is not None:
+            body["gpus"] = gpus
+        if unlimited_borrowing:
+            body["borrow"] = None
+        elif borrow is not None:
+            body["borrow"] = borrow
+        return self.request("PATCH", f"{API}/tenants/{name}", json=body)
+
+    def new_token(self, name: str) -> Any:
+        return self.request("POST", f"{API}/tenants/{name}/tokens")
+
+    def whoami(self) -> Any:
+        return self.request("GET", f"{API}/whoami")
+
+    def health(self) -> Any:
+        return self.request("GET", "/health")

@@ -1,0 +1,223 @@
+"""`loadmaster server`: the store, the cluster, the executor, the control loop and the API in one process.
+
+Start-up order: open the store (migrating it), make sure an admin token exists, describe the cluster, bind
+the port (a port in use fails before any learner is touched), recover() what a previous server left
+running, start the loop, serve. SIGINT/SIGTERM stop the API (open log streams end), then the loop; learners
+keep running and the next start re-attaches them.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import FrameType
+from typing import Any, TextIO
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.platform.api.app import create_app
+from loadmaster.platform.api.context import ApiContext
+from loadmaster.platform.api.serving import HANDLED, ApiServer
+from loadmaster.platform.control.loop import ControlLoop
+from loadmaster.platform.control.reports import RecoveryReport
+from loadmaster.platform.executors.base import Executor
+from loadmaster.platform.layout import JobDirs
+from loadmaster.platform.store.db import Store
+from loadmaster.platform.store.tenants import ensure_admin_token
+from loadmaster.scheduling.placement import PLACERS, make_placer
+from loadmaster.scheduling.policies import POLICIES, make_policy
+
+log = logging.getLogger("loadmaster.server")
+
+EXECUTORS = ("local", "ray")
+ADMIN_ENV = "LOADMASTER_ADMIN_TOKEN"
+
+
+class ServerError(ValueError):
+    """An option the server cannot start with; the message names it and the fix."""
+
+
+@dataclass(frozen=True)
+class ServerOptions:
+    db: str | None = None  # None: SQLite in the data directory
+    executor: str = "local"
+    nodes: str | None = None  # None: this machine as it is (nvidia-smi)
+    host: str = "127.0.0.1"
+    port: int = 8080
+    policy: str = "fair"
+    placement: str = "pack"
+    data_dir: Path | None = None  # None: the user's data directory
+    tick_s: float = 0.5
+    grace_s: float = 10.0
+    dashboard: bool = True
+
+    def check(self) -> None:
+        if self.executor not in EXECUTORS:
+            raise ServerError(f"--executor {self.executor!r}: choose one of {', '.join(EXECUTORS)}")
+        if self.policy not in POLICIES:
+            raise ServerError(f"--policy {self.policy!r}: choose one of {', '.join(POLICIES)}")
+        if self.placement not in PLACERS:
+            raise ServerError(f"--placement {self.placement!r}: choose one of {', '.join(PLACERS)}")
+        if not 0 <= self.port <= 65535:
+            raise ServerError(f"--port {self.port}: a TCP port is 0..65535 (0 picks a free one)")
+        if self.executor == "ray" and self.nodes:
+            raise ServerError("--nodes describes this machine for the local executor; with --executor ray the "
+                              "nodes are the Ray cluster's (label them with `ray start --labels=loadmaster/node="
+                              "NAME`)")
+
+
+def data_dir(options: ServerOptions) -> Path:
+    if options.data_dir is not None:
+        return options.data_dir.expanduser().resolve()
+    import platformdirs
+
+    return Path(platformdirs.user_data_dir("loadmaster"))
+
+
+def _local(options: ServerOptions) -> tuple[Cluster, Executor]:
+    from loadmaster.platform.executors.local import LocalExecutor
+    from loadmaster.platform.nodes import NodesSpecError, local_gpu_map, parse_nodes, probe_machine
+
+    machine = probe_machine()
+    try:
+        cluster = parse_nodes(options.nodes, machine)
+    except NodesSpecError as err:
+        raise ServerError(str(err)) from None
+    return cluster, LocalExecutor(gpu_map=local_gpu_map(cluster, machine), failure_grace_s=options.grace_s)
+
+
+def _ray(options: ServerOptions, env: Mapping[str, str]) -> tuple[Cluster, Executor]:
+    import ray
+
+    from loadmaster.platform.executors.ray import NAMESPACE, RayExecutor, ray_cluster
+
+    if not ray.is_initialized():
+        # RAY_ADDRESS, a running local cluster, or a new local instance (ray.init's own rules).
+        ray.init(namespace=NAMESPACE, log_to_driver=False)
+    cluster = ray_cluster()
+    return cluster, RayExecutor(address=env.get("RAY_ADDRESS"), failure_grace_s=options.grace_s)
+
+
+@dataclass
+class Platform:
+    options: ServerOptions
+    store: Store
+    cluster: Cluster
+    executor: Executor
+    dirs: JobDirs
+    loop: ControlLoop
+    ctx: ApiContext
+    app: Any
+    admin_token: str | None  # generated at this (first) start: to print once; None otherwise
+    recovery: RecoveryReport | None = None
+    api: ApiServer | None = field(default=None, repr=False)
+    started_at: float = field(default_factory=time.perf_counter)  # when build() began
+
+    @classmethod
+    def build(cls, options: ServerOptions, env: Mapping[str, str] | None = None) -> Platform:
+        started = time.perf_counter()
+        env = os.environ if env is None else env
+        options.check()
+        root = data_dir(options)
+        root.mkdir(parents=True, exist_ok=True)
+        store = Store.open(options.db or f"sqlite:///{root / 'loadmaster.db'}")
+        try:
+            with store.session() as s:
+                admin = ensure_admin_token(s, env.get(ADMIN_ENV) or None, time.time())
+            cluster, executor = _local(options) if options.executor == "local" else _ray(options, env)
+            dirs = JobDirs(root)
+            loop = ControlLoop(store, cluster, executor, dirs, policy=make_policy(options.policy),
+                               placer=make_placer(options.placement), tick_s=options.tick_s,
+                               grace_s=options.grace_s)
+        except BaseException:
+            store.close()
+            raise
+        ctx = ApiContext(store, cluster, dirs, loop=loop)
+        app = create_app(ctx)
+        if options.dashboard:
+            from loadmaster.web import mount_dashboard
+
+            mount_dashboard(app)
+        return cls(options, store, cluster, executor, dirs, loop, ctx, app, admin, started_at=started)
+
+    def start(self) -> None:
+        """Bind the port, recover, start the loop (the API then serves with run() or in a thread)."""
+        self.api = ApiServer(self.app, self.options.host, self.options.port, on_exit=self.ctx.closing.set)
+        self.recovery = self.loop.recover()
+        self.loop.start()
+
+    def serve(self, out: TextIO = sys.stdout, on_ready: Callable[[Platform], None] | None = None) -> None:
+        """Run until SIGINT/SIGTERM, then shut down cleanly (a signal during start-up too)."""
+        stopping = threading.Event()
+
+        def on_signal(_sig: int, _frame: FrameType | None) -> None:
+            stopping.set()
+            self.ctx.closing.set()
+            if self.api is not None:
+                self.api.server.should_exit = True  # uvicorn, starting or serving, stops at its next check
+
+        main = threading.current_thread() is threading.main_thread()
+        previous = {sig: signal.signal(sig, on_signal) for sig in HANDLED} if main else {}
+        try:
+            self.start()
+            assert self.api is not None
+            if stopping.is_set():
+                return
+            self.announce(out)
+            if on_ready is not None:
+                on_ready(self)
+            self.api.run()  # installs its own handlers (same effect) while it serves
+        finally:
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
+            self.shutdown()
+
+    def serve_in_thread(self) -> str:
+        """Start everything with the API in a background thread (tests, benchmarks); its URL."""
+        try:
+            self.start()
+            assert self.api is not None
+            self.api.start_in_thread()
+        except BaseException:
+            self.shutdown()
+            raise
+        return self.api.url
+
+    def shutdown(self) -> None:
+        self.ctx.closing.set()
+        if self.api is not None:
+            if self.api.in_thread:
+                self.api.stop()
+            self.api.close()
+        self.loop.stop()
+        self.executor.close()
+        self.store.close()
+        log.info("stopped; running learners keep running and are re-attached at the next start")
+
+    def announce(self, out: TextIO) -> None:
+        assert self.api is not None
+        o = self.options
+        url = self.api.url
+        rec = self.recovery
+        lines = [
+            f"loadmaster server on {url}  (API docs {url}/docs" + (f", dashboard {url}/ui)" if o.dashboard else ")"),
+            f"  store     {self.store.engine.url.render_as_string(hide_password=True)}",
+            f"  data      {self.dirs.root}",
+            f"  cluster   {self.cluster.describe()}; executor {o.executor}; policy {o.policy}; "
+            f"placement {o.placement}",
+        ]
+        if rec is not None and (rec.reattached or rec.requeued or rec.restaged or rec.restored):
+            lines.append(f"  recovered {len(rec.reattached)} re-attached, {len(rec.requeued)} requeued, "
+                         f"{len(rec.restaged)} restaged, {len(rec.restored)} results copies redone")
+        lines.append(f"  ready in  {time.perf_counter() - self.started_at:.2f} s")
+        if self.admin_token:
+            lines += ["", "Admin token (shown once; the server keeps only its hash):", f"  {self.admin_token}",
+                      f"Use it as {ADMIN_ENV} for `loadmaster tenant create NAME --gpus N`.", ""]
+        out.write("\n".join(lines) + "\n")
+        out.flush()

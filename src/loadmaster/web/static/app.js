@@ -1,0 +1,597 @@
+// loadmaster dashboard. Plain JS, no build step, no third-party code: it talks only to the API that served it.
+// Everything the API returns is put into the page as text (textContent), never parsed as HTML.
+"use strict";
+
+(() => {
+  const TOKEN_KEY = "loadmaster.token";
+  const LOG_LINES_KEPT = 2000;
+  const ACTIVE = new Set(["QUEUED", "DOWNLOADING", "PROCESSING", "STORING", "HALTED"]);
+  const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
+
+  // ---- the API ---------------------------------------------------------------------------------------------
+  // The one place that knows the server's routes.
+  const API = "/api/v1";
+  const ROUTES = {
+    me: () => `${API}/whoami`,
+    jobs: () => `${API}/jobs?limit=200`,
+    job: (id) => `${API}/jobs/${encodeURIComponent(id)}`,
+    action: (id, verb) => `${API}/jobs/${encodeURIComponent(id)}/${verb}`,
+    logStream: (id, q) => `${API}/jobs/${encodeURIComponent(id)}/logs/stream?${new URLSearchParams(q)}`,
+    queue: () => `${API}/queue`,
+    cluster: () => `${API}/cluster`,
+    tenants: () => `${API}/tenants`,
+  };
+
+  class ApiError extends Error {
+    constructor(status, message) {
+      super(message);
+      this.status = status;
+    }
+  }
+
+  // The API's errors are {"error": "one line", "problems": [{"field", "message"}]}; a proxy in between may
+  // answer with anything else, which is shown as it came (cut short).
+  function describeError(status, body) {
+    let text = "";
+    if (body && typeof body === "object" && typeof body.error === "string") {
+      text = body.error;
+      const more = (body.problems || []).slice(1).map((p) => (p.field ? `${p.field}: ${p.message}` : p.message));
+      if (more.length) text += ` — ${more.join("; ")}`;
+    } else if (typeof body === "string") {
+      text = body.trim().slice(0, 300);
+    }
+    if (status === 401) return `That token was not accepted (401)${text ? ": " + text : ""}.`;
+    if (status === 403) return `Not allowed with this token (403)${text ? ": " + text : ""}.`;
+    if (status === 404) return `Not found (404)${text ? ": " + text : ""}.`;
+    if (status >= 500) return `The server failed (${status})${text ? ": " + text : ""}. See the server log.`;
+    return `${text || "Request failed"} (${status}).`;
+  }
+
+  async function api(method, path, body, signal) {
+    const headers = { Authorization: `Bearer ${state.token}`, Accept: "application/json" };
+    const init = { method, headers, signal, cache: "no-store" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let response;
+    try {
+      response = await fetch(path, init);
+    } catch (err) {
+      if (err.name === "AbortError") throw err;
+      throw new ApiError(0, `Cannot reach the server (${err.message}). Is it still running?`);
+    }
+    const type = response.headers.get("Content-Type") || "";
+    const payload = type.includes("json") ? await response.json().catch(() => null) : await response.text();
+    if (!response.ok) throw new ApiError(response.status, describeError(response.status, payload));
+    return payload;
+  }
+
+  // ---- small helpers ---------------------------------------------------------------------------------------
+  const $ = (id) => document.getElementById(id);
+
+  // el("td", {class: "x"}, "text", childNode, ...): text children become text nodes, never HTML.
+  function el(tag, attrs, ...children) {
+    const node = document.createElement(tag);
+    for (const [key, value] of Object.entries(attrs || {})) {
+      if (value === undefined || value === null || value === false) continue;
+      if (key.startsWith("on")) node.addEventListener(key.slice(2), value);
+      else if (key === "class") node.className = value;
+      else node.setAttribute(key, value === true ? "" : String(value));
+    }
+    for (const child of children.flat()) {
+      if (child === undefined || child === null) continue;
+      node.append(child instanceof Node ? child : document.createTextNode(String(child)));
+    }
+    return node;
+  }
+
+  function fillTable(table, rows, emptyText, columns) {
+    const body = table.tBodies[0];
+    if (!rows.length) {
+      body.replaceChildren(el("tr", { class: "empty" }, el("td", { colspan: columns }, emptyText)));
+    } else {
+      body.replaceChildren(...rows);
+    }
+  }
+
+  const pad = (n) => String(n).padStart(2, "0");
+
+  // UNIX seconds -> local time; the date only when it is not today.
+  function fmtTime(t) {
+    if (t === null || t === undefined) return "—";
+    const d = new Date(t * 1000);
+    const now = new Date();
+    const hms = `${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+    return d.toDateString() === now.toDateString() ? hms : `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${hms}`;
+  }
+
+  function fmtSpan(seconds) {
+    const s = Math.max(0, Math.round(seconds));
+    if (s < 60) return `${s}s`;
+    if (s < 3600) return `${Math.floor(s / 60)}m ${pad(s % 60)}s`;
+    if (s < 86400) return `${Math.floor(s / 3600)}h ${pad(Math.floor((s % 3600) / 60))}m`;
+    return `${Math.floor(s / 86400)}d ${Math.floor((s % 86400) / 3600)}h`;
+  }
+
+  function fmtEstimate(t, waitReason) {
+    if (t === null || t === undefined) {
+      return waitReason === "not_yet_considered" ? "not estimated yet" : "beyond the estimate horizon";
+    }
+    const delta = t - Date.now() / 1000;
+    return delta <= 1 ? `now (${fmtTime(t)})` : `in ${fmtSpan(delta)} (${fmtTime(t)})`;
+  }
+
+  const humanise = (reason) => (reason ? String(reason).replaceAll("_", " ") : "—");
+  const statusBadge = (status) => el("span", { class: `status ${status}` }, status);
+
+  // ---- state -----------------------------------------------------------------------------------------------
+  const params = new URLSearchParams(location.search);
+  const state = {
+    token: sessionStorage.getItem(TOKEN_KEY),
+    me: null, // WhoAmI: {admin, tenant, gpu_quota, borrow_limit}
+    refreshMs: Math.min(60000, Math.max(500, Number(params.get("refresh")) || 3000)),
+    timer: null,
+    refreshing: false,
+    selected: null, // job id in the detail view
+    log: null, // the log stream followed: {abort: AbortController, key: "job/attempt/rank", allRanks, ended}
+    rendered: {}, // part -> the JSON it was last rendered from
+  };
+
+  // ---- login -----------------------------------------------------------------------------------------------
+  function showLogin(message) {
+    stopRefresh();
+    closeDetail();
+    $("dashboard").hidden = true;
+    $("whoami").hidden = $("logout").hidden = $("refresh").hidden = true;
+    $("updated").textContent = "";
+    $("login").hidden = false;
+    $("login-error").hidden = !message;
+    $("login-error").textContent = message || "";
+    $("token").focus();
+  }
+
+  async function signIn(token) {
+    state.token = token;
+    try {
+      state.me = await api("GET", ROUTES.me());
+    } catch (err) {
+      state.token = null;
+      sessionStorage.removeItem(TOKEN_KEY);
+      showLogin(err.message);
+      return;
+    }
+    sessionStorage.setItem(TOKEN_KEY, token);
+    $("login").hidden = true;
+    $("dashboard").hidden = false;
+    $("logout").hidden = $("refresh").hidden = false;
+    $("whoami").hidden = false;
+    $("whoami").textContent = state.me.admin ? "admin" : `tenant ${state.me.tenant}`;
+    $("tenants-panel").hidden = !state.me.admin;
+    state.rendered = {};
+    await refresh();
+    startRefresh();
+    openFromHash();
+  }
+
+  function signOut() {
+    sessionStorage.removeItem(TOKEN_KEY);
+    state.token = null;
+    state.me = null;
+    history.replaceState(null, "", location.pathname + location.search);
+    showLogin("");
+  }
+
+  // ---- refresh loop ----------------------------------------------------------------------------------------
+  function startRefresh() {
+    stopRefresh();
+    state.timer = setInterval(refresh, state.refreshMs);
+  }
+
+  function stopRefresh() {
+    if (state.timer) clearInterval(state.timer);
+    state.timer = null;
+  }
+
+  function showError(message) {
+    $("error").hidden = !message;
+    $("error").textContent = message || "";
+  }
+
+  async function refresh() {
+    if (state.refreshing || !state.token) return;
+    state.refreshing = true;
+    try {
+      const wanted = [api("GET", ROUTES.cluster()), api("GET", ROUTES.queue()), api("GET", ROUTES.jobs())];
+      if (state.me && state.me.admin) wanted.push(api("GET", ROUTES.tenants()));
+      const results = await Promise.allSettled(wanted);
+      const failure = results.find((r) => r.status === "rejected");
+      if (failure && failure.reason.status === 401) {
+        signOut();
+        showLogin("The server no longer accepts this token (401). Sign in again.");
+        return;
+      }
+      const [cluster, queue, jobs, tenants] = results.map((r) => (r.status === "fulfilled" ? r.value : null));
+      renderChanged("cluster", cluster, renderCluster);
+      renderChanged("queue", queue, renderQueue, true);
+      renderChanged("jobs", jobs, renderJobs);
+      renderChanged("tenants", tenants, renderTenants);
+      showError(failure ? failure.reason.message : "");
+      if (state.selected) await loadDetail(state.selected);
+      if (!failure) $("updated").textContent = `updated ${fmtTime(Date.now() / 1000)}`;
+    } finally {
+      state.refreshing = false;
+    }
+  }
+
+  // A table is rebuilt only when its data changed: the rows under the user's pointer stay put between refreshes.
+  // Parts that show relative times ("in 5m") are redrawn every 10 s even when unchanged, so that they stay true.
+  function renderChanged(part, payload, render, relative = false) {
+    if (!payload) return;
+    const text = JSON.stringify(payload) + (relative ? Math.floor(Date.now() / 10000) : "");
+    if (state.rendered[part] === text) return;
+    state.rendered[part] = text;
+    render(payload);
+  }
+
+  // ---- cluster ---------------------------------------------------------------------------------------------
+  function renderCluster(cluster) {
+    const nodes = cluster.nodes || [];
+    const cards = nodes.map((n) => {
+      const cells = [];
+      for (let i = 0; i < n.gpus; i++) {
+        const used = i < n.gpus_used;
+        cells.push(el("span", { class: `gpu${used ? " used" : ""}`, title: `${n.name} GPU ${i}: ${used ? "in use" : "free"}` }));
+      }
+      return el("div", { class: "node", "data-node": n.name },
+        el("div", { class: "name" }, n.name),
+        el("div", { class: "count" }, `${n.gpus_used}/${n.gpus} GPUs used · ${n.gpus_free} free`),
+        el("div", { class: "gpus" }, cells),
+        el("div", { class: "res" }, `${fmtNum(n.cpus_used)}/${fmtNum(n.cpus)} CPUs · ${fmtNum(n.mem_used_gb)}/${fmtNum(n.mem_gb)} GB`),
+        n.jobs.length ? el("div", { class: "res mono" }, n.jobs.join(" ")) : null);
+    });
+    $("cluster").replaceChildren(...(cards.length ? cards : [el("p", { class: "muted" }, "No nodes.")]));
+    const others = cluster.other_running ? ` · ${cluster.other_running} running job(s) of other tenants` : "";
+    $("cluster-summary").textContent =
+      `${cluster.gpus_used}/${cluster.total_gpus} GPUs in use on ${nodes.length} node${nodes.length === 1 ? "" : "s"}${others}`;
+  }
+
+  const fmtNum = (x) => String(Math.round(x * 100) / 100);
+
+  // ---- queue -----------------------------------------------------------------------------------------------
+  function renderQueue(queue) {
+    const entries = queue.entries || [];
+    const rows = entries.map((q) => el("tr", { "data-job": q.job_id },
+      el("td", {}, q.position),
+      el("td", {}, el("a", { href: `#job=${q.job_id}`, class: "job-link mono" }, q.job_id), " ", q.name),
+      el("td", {}, q.tenant),
+      el("td", {}, humanise(q.wait_reason)),
+      el("td", {}, fmtEstimate(q.estimated_start_at, q.wait_reason))));
+    fillTable($("queue"), rows, "Nothing is waiting.", 5);
+    $("queue-summary").textContent = entries.length ? `${entries.length} waiting` : "";
+  }
+
+  // ---- jobs ------------------------------------------------------------------------------------------------
+  function renderJobs(payload) {
+    const jobs = payload.jobs || [];
+    const rows = jobs.map((j) => el("tr", {
+      "data-job": j.id, "data-status": j.status, class: j.id === state.selected ? "selected" : null,
+      onclick: () => openDetail(j.id),
+    },
+    el("td", { class: "mono" }, j.id),
+    el("td", {}, j.name),
+    el("td", {}, statusBadge(j.status)),
+    el("td", {}, j.tenant),
+    el("td", {}, `${j.learners} × ${j.gpus_per_learner}`),
+    el("td", {}, fmtTime(j.submitted_at)),
+    el("td", {}, fmtTime(j.first_started_at)),
+    el("td", {}, j.attempts),
+    el("td", {}, el("span", { class: "row-actions" }, actionButtons(j, true)))));
+    fillTable($("jobs"), rows, "No jobs yet.", 9);
+    const active = jobs.filter((j) => ACTIVE.has(j.status)).length;
+    $("jobs-summary").textContent = jobs.length ? `${jobs.length} shown · ${active} active` : "";
+  }
+
+  // ---- actions ---------------------------------------------------------------------------------------------
+  // Which requests make sense in which status; the server has the last word (its refusal is shown).
+  function allowedActions(status) {
+    const out = [];
+    if (["QUEUED", "DOWNLOADING", "PROCESSING", "STORING"].includes(status)) out.push("halt");
+    if (status === "HALTED") out.push("resume");
+    if (ACTIVE.has(status)) out.push("cancel");
+    return out;
+  }
+
+  function actionButtons(job, compact) {
+    const pending = job.cancel_requested ? "cancel requested" : job.halt_requested ? "halt requested" : null;
+    if (pending && !TERMINAL.has(job.status)) return el("span", { class: "muted" }, pending);
+    return allowedActions(job.status).map((verb) => el("button", {
+      type: "button",
+      class: verb === "cancel" ? "danger" : null,
+      "data-action": verb,
+      title: `${verb} job ${job.id}`,
+      onclick: (event) => {
+        event.stopPropagation();
+        act(job.id, verb, event.currentTarget);
+      },
+    }, compact ? verb : verb[0].toUpperCase() + verb.slice(1)));
+  }
+
+  async function act(id, verb, button) {
+    if (verb === "cancel" && !window.confirm(`Cancel job ${id}? Its learners are stopped; this cannot be undone.`)) return;
+    if (button) button.disabled = true;
+    try {
+      await api("POST", ROUTES.action(id, verb));
+      showError("");
+      if (state.selected === id) showDetailError("");
+    } catch (err) {
+      if (state.selected === id) showDetailError(`${verb} failed: ${err.message}`);
+      else showError(`${verb} ${id} failed: ${err.message}`);
+    }
+    await refresh();
+  }
+
+  // ---- tenants (admin) -------------------------------------------------------------------------------------
+  function renderTenants(payload) {
+    const rows = (payload.tenants || []).map((t) => el("tr", { "data-tenant": t.name },
+      el("td", {}, t.name),
+      el("td", {}, t.gpu_quota),
+      el("td", {}, t.borrow_limit ?? "any idle GPU"),
+      el("td", {}, t.gpus_in_use),
+      el("td", {}, t.jobs_running),
+      el("td", {}, t.jobs_queued)));
+    fillTable($("tenants"), rows, "No tenants yet: create one with `loadmaster tenant create`.", 6);
+  }
+
+  // ---- job detail ------------------------------------------------------------------------------------------
+  function openFromHash() {
+    const match = /^#job=([\w.-]+)$/.exec(location.hash);
+    if (match) openDetail(match[1]);
+    else closeDetail();
+  }
+
+  async function openDetail(id) {
+    if (location.hash !== `#job=${id}`) history.replaceState(null, "", `#job=${id}`);
+    if (state.selected !== id) {
+      stopLog();
+      state.selected = id;
+      delete state.rendered.detail;
+      showDetailError("");
+      $("detail-title").textContent = id;
+      $("detail-facts").replaceChildren();
+      $("detail-actions").replaceChildren();
+      $("log").replaceChildren();
+      $("log-attempt").replaceChildren();
+      $("log-rank").replaceChildren(el("option", { value: "" }, "all"));
+      $("log-state").textContent = "";
+      fillTable($("detail-history"), [], "…", 4);
+      fillTable($("detail-attempts"), [], "…", 7);
+    }
+    $("detail").hidden = false;
+    for (const row of document.querySelectorAll("#jobs tbody tr")) row.classList.toggle("selected", row.dataset.job === id);
+    await loadDetail(id);
+  }
+
+  function closeDetail() {
+    stopLog();
+    state.selected = null;
+    $("detail").hidden = true;
+    if (location.hash.startsWith("#job=")) history.replaceState(null, "", location.pathname + location.search);
+    for (const row of document.querySelectorAll("#jobs tbody tr.selected")) row.classList.remove("selected");
+  }
+
+  function showDetailError(message) {
+    $("detail-error").hidden = !message;
+    $("detail-error").textContent = message || "";
+  }
+
+  async function loadDetail(id) {
+    let job;
+    try {
+      job = await api("GET", ROUTES.job(id));
+    } catch (err) {
+      if (state.selected === id) showDetailError(err.message);
+      return;
+    }
+    if (state.selected !== id) return; // the user moved on while we waited
+    renderChanged("detail", job, renderDetail, true);
+    syncLog(job);
+  }
+
+  function renderDetail(job) {
+    $("detail-title").replaceChildren(el("span", { class: "mono" }, job.id), " ", job.name, " ", statusBadge(job.status));
+    const m = job.manifest || {};
+    const res = m.resources || {};
+    const p = job.progress || {};
+    const facts = [
+      ["Tenant", job.tenant],
+      ["Status reason", job.status_reason || "—"],
+      ["Learners", `${job.learners} × (${job.gpus_per_learner} GPU, ${res.cpus ?? "?"} CPU, ${res.memory_gb ?? "?"} GB)`],
+      ["Command", Array.isArray(m.command) ? m.command.join(" ") : m.command],
+      ["Priority", job.priority],
+      ["Submitted", fmtTime(job.submitted_at)],
+      ["First started", fmtTime(job.first_started_at)],
+      ["Finished", fmtTime(job.finished_at)],
+      ["Attempts", `${job.attempts} (${job.failures} failed, ${job.preemptions} preempted)`],
+    ];
+    if (job.queue) {
+      facts.push(["Queue", `position ${job.queue.position}, ${humanise(job.queue.wait_reason)}, ` +
+        `starts ${fmtEstimate(job.queue.estimated_start_at, job.queue.wait_reason)}`]);
+    }
+    if (job.allocation) {
+      facts.push(["Placement", job.allocation.learners.map((l) =>
+        `rank ${l.rank} → ${l.node}${l.gpu_ids.length ? ` [GPU ${l.gpu_ids.join(",")}]` : ""}`).join(" · ")]);
+    }
+    if (p.last_step !== null && p.last_step !== undefined) {
+      facts.push(["Progress", `step ${p.last_step}${p.checkpoint_step !== null ? `, checkpoint at step ${p.checkpoint_step}` : ""}` +
+        (p.last_report_at ? ` (reported ${fmtTime(p.last_report_at)})` : "")]);
+    }
+    $("detail-facts").replaceChildren(...facts.flatMap(([k, v]) => [el("dt", {}, k), el("dd", {}, v ?? "—")]));
+    $("detail-actions").replaceChildren(...[actionButtons(job, false)].flat());
+
+    fillTable($("detail-history"), (job.history || []).map((t) => el("tr", {},
+      el("td", {}, fmtTime(t.at)),
+      el("td", {}, t.from_status ? statusBadge(t.from_status) : "—"),
+      el("td", {}, statusBadge(t.to_status)),
+      el("td", {}, t.reason || ""))), "No history.", 4);
+
+    fillTable($("detail-attempts"), (job.attempt_history || []).map((a) => el("tr", { "data-attempt": a.number },
+      el("td", {}, a.number),
+      el("td", {}, fmtTime(a.started_at)),
+      el("td", {}, a.ended_at ? `${fmtTime(a.ended_at)} (${fmtSpan(a.ended_at - a.started_at)})` : "running"),
+      el("td", {}, a.outcome),
+      el("td", { class: "mono" }, a.exit_codes.map((e) => `rank ${e.rank}: ${e.exit_code}`).join(", ") || "—"),
+      el("td", {}, humanise(a.failure_category)),
+      el("td", {}, a.retry_decision || "—"))), "Not started yet.", 7);
+  }
+
+  // ---- live logs -------------------------------------------------------------------------------------------
+  // The attempt list follows the job; the newest attempt is followed unless the user chose an older one.
+  function syncLog(job) {
+    const select = $("log-attempt");
+    const numbers = (job.attempt_history || []).map((a) => String(a.number));
+    const before = [...select.options].map((o) => o.value);
+    if (numbers.join() !== before.join()) {
+      const onNewest = !select.value || select.value === before[before.length - 1];
+      const keep = select.value;
+      select.replaceChildren(...numbers.map((n) => el("option", { value: n }, `${n} of ${numbers.length}`)));
+      select.value = onNewest ? numbers[numbers.length - 1] || "" : keep;
+    }
+    if (!select.value) {
+      $("log-state").textContent = "no logs until the job starts";
+      return;
+    }
+    startLog(job.id, select.value, $("log-rank").value);
+  }
+
+  function stopLog() {
+    if (state.log) state.log.abort.abort();
+    state.log = null;
+  }
+
+  // EventSource cannot send an Authorization header, so the stream is read with fetch and parsed here
+  // (the text/event-stream format: "field: value" lines, events separated by a blank line).
+  function startLog(jobId, attempt, rank) {
+    const key = `${jobId}/${attempt}/${rank}`;
+    if (state.log && state.log.key === key) return;
+    stopLog();
+    const abort = new AbortController();
+    const stream = { abort, key, allRanks: rank === "" };
+    state.log = stream;
+    $("log").replaceChildren();
+    $("log-state").textContent = "connecting…";
+    const query = { attempt, tail: String(LOG_LINES_KEPT) };
+    if (rank !== "") query.rank = rank;
+    followLog(ROUTES.logStream(jobId, query), stream).catch((err) => {
+      if (err.name === "AbortError") return;
+      if (state.log === stream) {
+        $("log-state").textContent = `log stream failed: ${err.message}`;
+        state.log = null; // tried again at the next refresh
+      }
+    });
+  }
+
+  async function followLog(url, stream) {
+    const response = await fetch(url, {
+      headers: { Authorization: `Bearer ${state.token}`, Accept: "text/event-stream" },
+      signal: stream.abort.signal,
+      cache: "no-store",
+    });
+    if (!response.ok) {
+      const type = response.headers.get("Content-Type") || "";
+      const body = type.includes("json") ? await response.json().catch(() => null) : await response.text();
+      throw new ApiError(response.status, describeError(response.status, body));
+    }
+    $("log-state").textContent = "following";
+    const reader = response.body.getReader();
+    const decoder = new TextDecoder();
+    let buffer = "";
+    for (;;) {
+      const { value, done } = await reader.read();
+      if (done) break;
+      buffer += decoder.decode(value, { stream: true });
+      let cut;
+      while ((cut = buffer.search(/\r?\n\r?\n/)) >= 0) {
+        const block = buffer.slice(0, cut);
+        buffer = buffer.slice(cut).replace(/^\r?\n\r?\n/, "");
+        if (state.log !== stream) return;
+        handleEvent(parseEvent(block), stream);
+      }
+    }
+    if (state.log === stream && !stream.ended) {
+      // Closed without its `end` event (the server restarted, a proxy timed out): follow again next refresh.
+      $("log-state").textContent = "stream closed; reconnecting";
+      state.log = null;
+    }
+  }
+
+  function parseEvent(block) {
+    const event = { event: "message", data: [] };
+    for (const line of block.split(/\r?\n/)) {
+      if (!line || line.startsWith(":")) continue; // a comment: the server's keep-alive
+      const colon = line.indexOf(":");
+      const field = colon < 0 ? line : line.slice(0, colon);
+      const value = colon < 0 ? "" : line.slice(colon + 1).replace(/^ /, "");
+      if (field === "data") event.data.push(value);
+      else if (field === "event") event.event = value;
+    }
+    event.data = event.data.join("\n");
+    return event;
+  }
+
+  // Events of the API's stream: attempt {attempt, ranks}, log {rank, lines}, end {attempt, outcome, job_status}.
+  function handleEvent(event, stream) {
+    let data;
+    try {
+      data = JSON.parse(event.data);
+    } catch {
+      return;
+    }
+    if (event.event === "attempt") {
+      const select = $("log-rank");
+      const wanted = ["", ...data.ranks.map(String)];
+      if (stream.allRanks && wanted.join() !== [...select.options].map((o) => o.value).join()) {
+        select.replaceChildren(...wanted.map((r) => el("option", { value: r }, r === "" ? "all" : r)));
+        select.value = "";
+      }
+    } else if (event.event === "log") {
+      appendLog(data.lines, stream.allRanks ? `[${data.rank}] ` : "");
+    } else if (event.event === "end") {
+      stream.ended = true;
+      $("log-state").textContent = `attempt ${data.attempt} ended: ${data.outcome} (job ${data.job_status})`;
+    }
+  }
+
+  function appendLog(lines, prefix) {
+    const log = $("log");
+    const atBottom = log.scrollTop + log.clientHeight >= log.scrollHeight - 4;
+    log.append(...lines.map((line) => el("span", { class: "line" }, `${prefix}${line}\n`)));
+    while (log.childNodes.length > LOG_LINES_KEPT) log.firstChild.remove();
+    if (atBottom) log.scrollTop = log.scrollHeight;
+  }
+
+  // ---- wiring ----------------------------------------------------------------------------------------------
+  document.addEventListener("DOMContentLoaded", () => {
+    $("login-form").addEventListener("submit", (event) => {
+      event.preventDefault();
+      const token = $("token").value.trim();
+      $("token").value = "";
+      if (!token) {
+        showLogin("Enter a token.");
+        return;
+      }
+      signIn(token);
+    });
+    $("logout").addEventListener("click", signOut);
+    $("refresh").addEventListener("click", refresh);
+    $("detail-close").addEventListener("click", closeDetail);
+    $("log-attempt").addEventListener("change", () => state.selected && loadDetail(state.selected));
+    $("log-rank").addEventListener("change", () => state.selected && loadDetail(state.selected));
+    window.addEventListener("hashchange", () => state.me && openFromHash());
+    document.addEventListener("keydown", (event) => {
+      if (event.key === "Escape" && state.selected) closeDetail();
+    });
+    if (state.token) signIn(state.token);
+    else showLogin("");
+  });
+})();
