@@ -12,7 +12,10 @@ cpu_sensitivity 0.9) and Transformer (language family: wants 1.5, sensitivity 0.
 - request: the GPU-proportional share of that server (3 CPUs and 62.5 GB per GPU), what a user who does
   not know better asks for; pack honours it, proportional gives the same, synergy replaces it;
 - duration (alone, CPU want met): lognormal, median 1 h, sigma 1.0, clipped to [5 min, 24 h];
-- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time at full speed (default 0.8).
+- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time at full speed (default 0.8);
+- `--single-gpu`: every job has 1 GPU, as in Synergy's own simulations (msr-fiddle/synergy
+  `simulator/helpers/parse_philly_trace_full.py` sets `gpu_demand = 1` unless `multigpu`, and its runner's
+  default is `multigpu=False`). The sizes are still drawn, so the other draws match the default workload's.
 
     .venv/bin/python bench/workload_synergy.py --out runs/synergy.csv --seed 0
     loadmaster sim compare --trace runs/synergy.csv --cluster 16x8 --policy fifo \
@@ -39,10 +42,12 @@ SIZES = (1, 2, 4, 8)
 SIZE_P = (0.70, 0.10, 0.15, 0.05)
 
 
-def generate(jobs: int, seed: int, load: float, image_share: float) -> list[JobSpec]:
+def generate(jobs: int, seed: int, load: float, image_share: float, single_gpu: bool = False) -> list[JobSpec]:
     rng = np.random.default_rng(seed)
     image = rng.random(jobs) < image_share
     gpus = rng.choice(SIZES, size=jobs, p=SIZE_P)
+    if single_gpu:
+        gpus = np.ones_like(gpus)
     duration = np.clip(np.round(rng.lognormal(np.log(3600.0), 1.0, size=jobs)), 300, 86400)
     span = float((gpus * duration).sum()) / (CLUSTER_GPUS * load)
     submit = np.sort(np.round(rng.uniform(0, span, size=jobs)))
@@ -62,9 +67,10 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--load", type=float, default=0.8)
     parser.add_argument("--image-share", type=float, default=0.5)
+    parser.add_argument("--single-gpu", action="store_true", help="every job 1 GPU (Synergy's simulations)")
     args = parser.parse_args()
     args.out.parent.mkdir(parents=True, exist_ok=True)
-    written = write_csv(generate(args.jobs, args.seed, args.load, args.image_share), args.out)
+    written = write_csv(generate(args.jobs, args.seed, args.load, args.image_share, args.single_gpu), args.out)
     print(f"wrote {written} jobs to {args.out}")
 
 
