@@ -44,6 +44,16 @@ def test_failed_attempts_are_replayed_and_their_gpu_time_counted() -> None:
     assert len(rec.failure_categories) == 2
 
 
+def test_a_failed_attempt_counts_every_run_it_had_before_a_preemption() -> None:
+    # "low" runs 40 s of its failing 100 s attempt, is preempted by "high" (no checkpoint yet: all lost),
+    # waits 50 s, restarts (30 s overhead) and fails after 100 s more: 40 + 130 GPU-seconds were wasted.
+    low = job("low", failed_attempts_s=(100.0,), duration=10)
+    high = job("high", submit=40.0, duration=50, priority=5)
+    rec = by_id(run(cluster(1), low, high, policy="priority", restart_overhead_s=30.0))["low"]
+    assert rec.preemptions == 1  # type: ignore[attr-defined]
+    assert rec.gpu_s_failed == pytest.approx(40 + 130)  # type: ignore[attr-defined]
+
+
 def test_retry_policies_on_a_job_that_fails_for_good() -> None:
     spec = job("bad", failed_attempts_s=(40.0,), duration=60, final_status=FinalStatus.FAILED)
     trace = run(cluster(1), spec).records[0]

@@ -86,7 +86,7 @@ def write_run(out: Path, run: RunOutcome, plots: bool = True) -> list[Path]:
 
 COMPARE_COLUMNS = (
     "jobs", "completed", "failed", "avg_jct_s", "p50_jct_s", "p99_jct_s", "makespan_s", "avg_queue_delay_s",
-    "fair_share_delay_s", "fragmentation_delay_s", "gpu_utilization", "max_rho", "median_rho",
+    "avg_total_wait_s", "fair_share_delay_s", "fragmentation_delay_s", "gpu_utilization", "max_rho", "median_rho",
     "jain_fairness", "preemptions", "gpu_hours_failed_attempts", "wall_time_s",
 )
 # Shown only when a compared run places learner at a time.

@@ -61,6 +61,9 @@ class _Live:
     view: JobView
     attempt_idx: int = 0
     run_start: float = 0.0  # when the current run began holding GPUs
+    # GPU-seconds held by the current attempt over all its runs (a preemption or resize splits an attempt
+    # into several): what a failure of the attempt wasted.
+    attempt_gpu_s: float = 0.0
     token: int = 0  # bumped to invalidate a stale attempt-end event
     reason_since: float = 0.0
     reason: str = ""
@@ -326,8 +329,9 @@ class _Run:
         self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
         del self.tenant_running[view.spec.tenant][view.job_id]
         self.hold(view.allocation, -1)
-        held = self.clock - live.run_start
-        live.record.gpu_s += held * view.allocation.gpus
+        held = (self.clock - live.run_start) * view.allocation.gpus
+        live.record.gpu_s += held
+        live.attempt_gpu_s += held
         live.token += 1
         return view.work_at(self.clock)
 
@@ -355,13 +359,12 @@ class _Run:
         view = live.view
         assert view.allocation is not None
         attained = view.attained_at(self.clock)
-        gpus = view.allocation.gpus
-        held = self.clock - live.run_start
         self.stop_running(live)
+        held, live.attempt_gpu_s = live.attempt_gpu_s, 0.0
         last = live.attempt_idx == live.attempts.attempts - 1
         outcome = live.attempts.outcome if last else JobStatus.FAILED
         if outcome is JobStatus.FAILED:
-            live.record.gpu_s_failed += held * gpus
+            live.record.gpu_s_failed += held
             cats = live.attempts.categories
             if live.attempt_idx < len(cats):
                 live.record.failure_categories += (cats[live.attempt_idx].value,)
