@@ -109,6 +109,8 @@ def _measure(clients: int, jobs: int, db_url: str | None) -> dict[str, Any]:
                 row["queued_after"] = len(c.get("/api/v1/jobs", params={"status": "QUEUED",
                                                                         "limit": 10_000}).json()["jobs"])
                 c.post(f"/api/v1/jobs/{blocker}/cancel")
+            # The loop stops the learner: wait for it, or stopping the server would leave it sleeping.
+            server.wait_status(token, blocker, "CANCELLED")
             return row
         finally:
             server.stop()
