@@ -26,6 +26,7 @@ class Measured:
     peak_rss_mb: float
     returncode: int
     stdout: str
+    cpu_s: float = 0.0  # the child's user + system CPU time: its cost when the machine is shared
 
     def json(self) -> Any:
         try:
@@ -35,7 +36,8 @@ class Measured:
 
 
 def measure(name: str, argv: list[str], env: dict[str, str] | None = None) -> Measured:
-    """Wall time and peak resident memory (ru_maxrss via wait4) of one child, whole process included."""
+    """Wall time, CPU time and peak resident memory (ru_maxrss via wait4) of one child, whole process
+    included."""
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         started = time.perf_counter()
         proc = subprocess.Popen(argv, stdout=out, stderr=err, text=True, env={**os.environ, **(env or {})},
@@ -48,11 +50,13 @@ def measure(name: str, argv: list[str], env: dict[str, str] | None = None) -> Me
         stdout, stderr = out.read(), err.read()
     if proc.returncode != 0:
         sys.stderr.write(f"{name} failed ({proc.returncode}):\n{stderr[-2000:]}\n")
-    return Measured(name, wall, usage.ru_maxrss / 1024, proc.returncode, stdout)
+    return Measured(name, wall, usage.ru_maxrss / 1024, proc.returncode, stdout, usage.ru_utime + usage.ru_stime)
 
 
 def machine() -> dict[str, Any]:
-    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform()}
+    """The machine and how busy it was when the results were written (other work skews wall times)."""
+    return {"python": platform.python_version(), "cpus": os.cpu_count(), "platform": platform.platform(),
+            "load_average_1_5_15": list(os.getloadavg())}
 
 
 def write_results(stem: str, rows: list[dict[str, Any]]) -> Path:

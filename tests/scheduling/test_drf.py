@@ -9,7 +9,7 @@ from hypothesis import given, settings
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
-from loadmaster.scheduling import JobView, Snapshot, TenantQuota, decide, make_placer
+from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, decide, make_placer
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.drf import DrfGate, DrfPolicy
 from loadmaster.sim.experiment import RunOptions, simulate
@@ -112,24 +112,99 @@ def test_registered_with_defaults() -> None:
     assert POLICIES["drf"]().name == "drf"
 
 
+def test_a_cpu_only_learner_is_counted_by_learners_not_gpus() -> None:
+    # An elastic CPU-only job cut to one learner: the gate must count one learner's CPUs. Counting by GPUs
+    # (0 here) could not say how many learners were meant and counted the whole gang again.
+    c = Cluster((node(0), node(1)))
+    e = running(job("e", tenant="A", learners=2, gpus=0, cpus_per_learner=8, min_learners=1, max_learners=2),
+                (0, 0))
+    gate = DrfGate(snapshot(c, (e,), ()), {})
+    assert gate.dominant("A") == 0.5
+    gate.remove(e)
+    gate.add(e, 1)
+    assert gate.dominant("A") == 0.25
+    gate.add(e, 1)  # given back in full
+    assert gate.dominant("A") == 0.5
+
+
+class _KeepsGate(DrfPolicy):
+    """DRF that keeps the gate of its last decision, to compare the gate's books with the plan."""
+
+    last: DrfGate | None = None
+
+    def gate(self, snap: Snapshot) -> DrfGate:
+        self.last = super().gate(snap)
+        return self.last
+
+
+def _usage_after(snap: Snapshot, plan: Plan) -> dict[str, list[float]]:
+    """What each tenant holds once the plan is carried out: running jobs (resized or not) at what their
+    allocation gives each learner, started jobs at their request (as the gate counts them)."""
+    out: dict[str, list[float]] = {}
+    gone = {p.job_id for p in plan.preempts}
+    resized = {z.job_id: z.allocation for z in plan.resizes}
+    for j in snap.running:
+        a = resized.get(j.job_id, j.allocation)
+        if j.job_id in gone or a is None:
+            continue
+        u = out.setdefault(j.spec.tenant, [0.0, 0.0, 0.0])
+        u[0] += a.learners * a.gpus_per_learner
+        u[1] += a.learners * a.cpus_per_learner
+        u[2] += a.learners * a.mem_gb_per_learner
+    queued_by_id = {j.job_id: j for j in snap.queued}
+    for st in plan.starts:
+        spec = queued_by_id[st.job_id].spec
+        u = out.setdefault(spec.tenant, [0.0, 0.0, 0.0])
+        n = st.allocation.learners
+        u[0] += n * spec.gpus_per_learner
+        u[1] += n * spec.cpus_per_learner
+        u[2] += n * spec.mem_gb_per_learner
+    return out
+
+
+# Displacement is checked with max_loss_s=None: the generated running jobs have run ~100 s, short of a
+# first checkpoint, so the default policy (displace only just after a checkpoint) never displaces there.
 @settings(max_examples=60, deadline=None)
 @given(snapshots())
 def test_drf_plans_keep_the_invariants_and_displace_only_tenants_above_entitlement(snap: Snapshot) -> None:
-    pol = DrfPolicy()
+    pol = _KeepsGate(max_loss_s=None)
     plan = decide(snap, pol, make_placer("pack"))
     check_invariants(snap, plan, "drf")
-    if plan.preempts:
-        running = {j.job_id: j for j in snap.running}
-        queued_by_id = {j.job_id: j for j in snap.queued}
-        # A victim's tenant was above its entitlement when it lost the job. Its usage then was at most
-        # what it held at the snapshot plus everything it starts in this round (it may have borrowed
-        # idle GPUs earlier in the round), so it is above with all of that counted.
-        gate = DrfGate(snap, snap.tenants)
+    running = {j.job_id: j for j in snap.running}
+    queued_by_id = {j.job_id: j for j in snap.queued}
+    # The gate's books at the end of the round are what the plan leaves each tenant holding.
+    gate = pol.last
+    assert gate is not None
+    expected = _usage_after(snap, plan)
+    for tenant in set(expected) | set(gate.usage):
+        if gate.gpus_only and tenant not in gate.usage:
+            continue  # never touched: the snapshot's GPU count, CPUs and memory held by nobody
+        got = gate._usage(tenant)
+        want = expected.get(tenant, [0.0, 0.0, 0.0])
+        assert all(abs(g - w) <= 1e-6 for g, w in zip(got, want, strict=True)), (tenant, got, want)
+    # A victim's tenant was above its entitlement when it lost the job (or learners of an elastic job).
+    # Its usage then was at most what it held at the snapshot plus everything it starts in this round (it
+    # may have been pushed over by its own starts on idle resources earlier in the round), so it is above
+    # with all of that counted.
+    shrunk = [z for z in plan.resizes
+              if z.allocation.learners < (running[z.job_id].allocation or z.allocation).learners]
+    if plan.preempts or shrunk:
+        bound = DrfGate(snap, snap.tenants)
         for st in plan.starts:
-            gate.add(queued_by_id[st.job_id], st.allocation.gpus)
+            bound.add(queued_by_id[st.job_id], st.allocation.learners)
+        for victim_id in [p.job_id for p in plan.preempts] + [z.job_id for z in shrunk]:
+            assert bound.above_entitlement(running[victim_id].spec.tenant)
         for p in plan.preempts:
-            assert gate.above_entitlement(running[p.job_id].spec.tenant)
             assert running[p.job_id].spec.tenant != queued_by_id[p.for_job].spec.tenant
+
+
+@settings(max_examples=30, deadline=None)
+@given(snapshots())
+def test_default_drf_never_displaces_a_job_before_its_first_checkpoint(snap: Snapshot) -> None:
+    # Every generated running job has done ~100 s of work, short of the 900 s checkpoint interval.
+    plan = decide(snap, DrfPolicy(), make_placer("pack"))
+    check_invariants(snap, plan, "drf")
+    assert plan.preempts == ()
 
 
 def test_simulated_tenants_share_and_every_job_ends() -> None:

@@ -8,6 +8,10 @@ import numpy.typing as npt
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.snapshot import Snapshot
 
+# What save() returns and restore() takes: the three free arrays, the GPU total and the cached maximum.
+SavedCapacity = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64], float,
+                      float | None]
+
 
 class FreeCapacity:
     """Mutable copies of the snapshot's free arrays. take() and give() move whole allocations only."""
@@ -39,13 +43,37 @@ class FreeCapacity:
         self.total_gpus += sign * alloc.gpus
 
     def take(self, alloc: Allocation) -> None:
-        self._apply(alloc, -1.0)
-        if (self.gpus < -1e-9).any() or (self.cpus < -1e-6).any() or (self.mem < -1e-6).any():
-            self._apply(alloc, 1.0)
-            raise ValueError(f"allocation for {alloc.job_id} exceeds free capacity")
+        """Hold an allocation's resources, or raise ValueError (and change nothing) if they are not free."""
+        # Only the allocation's nodes change, so only they are checked: a whole-array check per take cost
+        # more than the take itself on a big cluster, and decide() takes and gives back victims often.
+        gpus, cpus, mem = self.gpus, self.cpus, self.mem
+        g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
+        per_node = alloc.per_node()
+        for node, count in per_node.items():
+            if (gpus[node] - count * g < -1e-9 or cpus[node] - count * c < -1e-6
+                    or mem[node] - count * m < -1e-6):
+                raise ValueError(f"allocation for {alloc.job_id} exceeds free capacity")
+        self._max_gpus = None
+        for node, count in per_node.items():
+            gpus[node] -= count * g
+            cpus[node] -= count * c
+            mem[node] -= count * m
+        self.total_gpus -= alloc.gpus
 
     def give(self, alloc: Allocation, grow: bool = True) -> None:
         """Return an allocation's resources. grow=False for a tentative release that may be undone."""
         self._apply(alloc, 1.0)
         if grow:
             self.version += 1
+
+    def save(self) -> SavedCapacity:
+        """The state to restore() after tentative releases that came to nothing (cheaper than taking
+        every released allocation back one by one)."""
+        return self.gpus.copy(), self.cpus.copy(), self.mem.copy(), self.total_gpus, self._max_gpus
+
+    def restore(self, saved: SavedCapacity) -> None:
+        """Back to a state save() returned. The version is kept: capacity is what it was then, not more."""
+        gpus, cpus, mem, self.total_gpus, self._max_gpus = saved
+        self.gpus[:] = gpus
+        self.cpus[:] = cpus
+        self.mem[:] = mem

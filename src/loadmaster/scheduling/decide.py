@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from loadmaster.core.job import Allocation
-from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
 from loadmaster.scheduling.feasibility import never_fits
 from loadmaster.scheduling.placement.base import Placer, failure_reason
 from loadmaster.scheduling.plan import Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
@@ -170,7 +170,17 @@ class _Round:
             if kept is not None:
                 self.free.take(kept)
             raise
-        self.gate.add(victim, alloc.gpus - (kept.gpus if kept is not None else 0))
+        self.gate.add(victim, alloc.learners - (kept.learners if kept is not None else 0))
+
+    def _release(self, pending: list[JobView], shrunk: dict[str, Allocation]) -> None:
+        """Give the pending victims' resources back to the free arrays (an elastic one keeps its minimum)."""
+        for victim in pending:
+            assert victim.allocation is not None
+            self.free.give(victim.allocation, grow=False)
+            kept = shrunk.get(victim.job_id)
+            if kept is not None:
+                self.free.take(kept)
+        pending.clear()
 
     def grow_elastic(self) -> None:
         """Scale running elastic jobs up into GPUs nobody is waiting for (checkpoint/restart each)."""
@@ -188,7 +198,7 @@ class _Round:
                                          else None)
                 if isinstance(more, Allocation):
                     self.free.take(more)
-                    self.gate.add(job, more.gpus)
+                    self.gate.add(job, more.learners)
                     grown = Allocation(job.job_id, alloc.learner_nodes + more.learner_nodes, alloc.gpus_per_learner,
                                        alloc.cpus_per_learner, alloc.mem_gb_per_learner)
                     self.resizes.append(Resize(job.job_id, grown))
@@ -208,42 +218,64 @@ class _Round:
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
-        need = learners * job.spec.gpus_per_learner
+        per_learner = job.spec.gpus_per_learner
+        need = learners * per_learner
         prefer = self.policy.type_preference(self.snap, job)
         released: list[JobView] = []
         shrunk: dict[str, Allocation] = {}  # elastic victims cut to their minimum: job id -> what they keep
+        # Released victims go back to the free arrays only when a placement is about to be tried: a search
+        # that never frees enough GPUs touches no array, and one that fails restores the state saved
+        # before the first of them instead of taking every victim back one by one.
+        pending: list[JobView] = []
+        freed = 0  # GPUs the pending victims free
+        saved: SavedCapacity | None = None
         alloc: Allocation | WaitReason = reason
         tried_with = 0  # how many victims were released at the last placement attempt
         if not self.policy.preemptor(self.snap, self.gate, job):
             return reason
+        free = self.free
         for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
             if victim.job_id in self.preempted or victim.job_id in self.resized:
                 continue
             assert victim.allocation is not None
             kept = shrink_to_minimum(victim)
-            self.free.give(victim.allocation, grow=False)
             self.gate.remove(victim)
+            freed += victim.allocation.gpus
             if kept is not None:
                 # An elastic victim scales down to its minimum instead of stopping (DLaaS's elasticity).
-                self.free.take(kept)
-                self.gate.add(victim, kept.gpus)
+                self.gate.add(victim, kept.learners)
                 shrunk[victim.job_id] = kept
+                freed -= kept.gpus
             released.append(victim)
-            if self.free.total_gpus + 1e-9 < need or len(released) < 2 * tried_with:
+            pending.append(victim)
+            if free.total_gpus + freed + 1e-9 < need or len(released) < 2 * tried_with:
                 continue
             tried_with = len(released)
-            alloc = self.placer.place(job, learners, self.free, self.snap, prefer)
+            if saved is None:
+                saved = free.save()
+            self._release(pending, shrunk)
+            freed = 0
+            if per_learner > free.max_node_gpus + 1e-9:
+                continue  # no server has room for one learner yet: the placer would fail
+            alloc = self.placer.place(job, learners, free, self.snap, prefer)
             if isinstance(alloc, Allocation):
                 break
         if (not isinstance(alloc, Allocation) and tried_with < len(released)
-                and self.free.total_gpus + 1e-9 >= need):
-            alloc = self.placer.place(job, learners, self.free, self.snap, prefer)
+                and free.total_gpus + freed + 1e-9 >= need):
+            if saved is None:
+                saved = free.save()
+            self._release(pending, shrunk)
+            if per_learner <= free.max_node_gpus + 1e-9:
+                alloc = self.placer.place(job, learners, free, self.snap, prefer)
         if not isinstance(alloc, Allocation):
+            if saved is not None:
+                free.restore(saved)
             for victim in reversed(released):
                 assert victim.allocation is not None
-                self._unrelease(victim, shrunk.pop(victim.job_id, None))
+                kept = shrunk.get(victim.job_id)
+                self.gate.add(victim, victim.allocation.learners - (kept.learners if kept is not None else 0))
             if key is not None:
-                self.no_preempt[key] = self.free.version
+                self.no_preempt[key] = free.version
             return reason
         # Keep every released victim that still fits beside the new gang (least valuable victims were
         # released first, so the most valuable ones are tried first here).
@@ -278,7 +310,20 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
     # The loop below runs once per queued job per round: keep its common path free of needless calls.
     gated = type(gate) is not Gate
     strict_order = policy.blocks_others
+    # A policy that keeps Policy.blocks_others never holds anyone back: no need to ask per job.
+    may_block = type(policy).blocks_others is not Policy.blocks_others
     fit_cache = cluster.fit_cache
+    decision_class = policy.decision_class
+    # The base placer's cache key is the job's shape: no need to ask for it per job.
+    cache_key = None if type(placer).cache_key is Placer.cache_key else placer.cache_key
+    # Jobs the policy and the placer cannot tell apart (one shape, placer key and decision class) get the
+    # same answer as long as nothing has started and no capacity has grown in this round: a queue of
+    # thousands costs one attempt per class between starts, not one per job. Values: (reason, whether it
+    # came from a placement attempt, which may hold back the jobs ranked after it).
+    alike: dict[object, tuple[WaitReason, bool]] = {}
+    alike_version = alike_starts = 0
+    starts = rnd.starts
+    free = rnd.free
     for job in policy.rank(snap):
         spec = job.spec
         if blocked:
@@ -286,20 +331,43 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
             continue
         shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
                  spec.excluded_types)
-        why_never = fit_cache[shape] if shape in fit_cache else never_fits(spec, cluster)
+        # One dictionary probe (a tuple key is hashed afresh on every probe): "" stands for a shape not
+        # cached yet, which never_fits() then works out and caches.
+        why_never = fit_cache.get(shape, "")
+        if why_never == "":
+            why_never = never_fits(spec, cluster)
         if why_never is None and gated:
             why_never = gate.never_admits(job)
         if why_never:
             rejects.append(Reject(spec.job_id, why_never))
             continue
-        smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if spec.elastic else spec.gpus
+        alike_key: object = None
+        elastic = (spec.min_learners is not None or spec.max_learners is not None) and spec.elastic
+        if not elastic:
+            cls = decision_class(snap, job)
+            if cls is not None:
+                placed_as = shape if cache_key is None else cache_key(job, spec.learners, snap)
+                if placed_as is not None:
+                    if free.version != alike_version or len(starts) != alike_starts:
+                        alike.clear()
+                        alike_version, alike_starts = free.version, len(starts)
+                    alike_key = (placed_as, shape, cls) if cache_key is not None else (shape, cls)
+                    hit = alike.get(alike_key)
+                    if hit is not None:
+                        waits.append(Wait(spec.job_id, hit[0]))
+                        if hit[1] and may_block:
+                            blocked = strict_order(job)
+                        continue
+        smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if elastic else spec.gpus
         if gated and gate.admit(job, smallest) is Admission.DENIED:
             waits.append(Wait(spec.job_id, WaitReason.OVER_QUOTA))
+            if alike_key is not None:
+                alike[alike_key] = (WaitReason.OVER_QUOTA, False)
             continue
         result = rnd.place(job)
         if type(result) is Allocation:
             rnd.free.take(result)
-            gate.add(job, result.gpus)
+            gate.add(job, result.learners)
             rnd.starts.append(Start(spec.job_id, result))
             continue
         assert isinstance(result, WaitReason)
@@ -307,11 +375,13 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
             result = rnd.place_by_preempting(job, result)
             if isinstance(result, Allocation):
                 rnd.free.take(result)
-                gate.add(job, result.gpus)
+                gate.add(job, result.learners)
                 rnd.starts.append(Start(spec.job_id, result))
                 continue
         waits.append(Wait(spec.job_id, result))
         blocked = strict_order(job)
+        if alike_key is not None:
+            alike[alike_key] = (result, True)
     # Idle GPUs go to elastic jobs only when no queued job is waiting for capacity.
     if all(w.reason in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for w in waits):
         rnd.grow_elastic()

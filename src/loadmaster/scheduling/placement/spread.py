@@ -37,12 +37,17 @@ class SpreadPlacer(Placer):
             if int(np.minimum(slots, learners).sum()) < learners:
                 continue
             # Round-robin over the emptiest nodes: each pass puts at most one learner per node.
-            order = [int(n) for n in np.lexsort((np.arange(slots.size), -free.gpus)) if slots[n] > 0]
+            by_room = np.lexsort((np.arange(slots.size), -free.gpus))
+            order: list[int] = by_room[slots[by_room] > 0].tolist()
+            if learners <= len(order):
+                # One pass is enough: one learner on each of the first `learners` nodes.
+                return make_allocation(job, order[:learners], [1] * learners)
+            room: list[int] = slots.tolist()
             counts = dict.fromkeys(order, 0)
             remaining = learners
             while remaining:
                 for n in order:
-                    if remaining and counts[n] < slots[n]:
+                    if remaining and counts[n] < room[n]:
                         counts[n] += 1
                         remaining -= 1
             chosen = [n for n in order if counts[n]]

@@ -33,6 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation
 from loadmaster.core.profiles import family_of
 from loadmaster.scheduling.capacity import FreeCapacity
@@ -51,16 +52,17 @@ from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 Array = npt.NDArray[np.float64]
+_WANTED_LIMIT = 4096
 
 
 class _Demand:
     """One job's per-learner demand on every node: its want, its floor, and what each node can spare."""
 
-    def __init__(self, job: JobView, free: FreeCapacity, snap: Snapshot, reserve: float) -> None:
+    def __init__(self, job: JobView, free: FreeCapacity, reserve: float, wanted: tuple[float, float],
+                 per_gpu: tuple[Array, Array]) -> None:
+        """`wanted`: the family's CPUs and GB for the learner's GPUs; `per_gpu`: per_gpu_share(cluster)."""
         g = job.spec.gpus_per_learner
-        profile = family_of(job.spec.model)
-        self.want = (profile.cpus_wanted(g), profile.mem_wanted(g))
-        per_gpu = per_gpu_share(snap.cluster)
+        self.want = wanted
         self.g = g
         self.floor: list[Array] = []  # min(want, proportional share) per node
         self.spare: list[Array] = []  # what each node holds beyond the reserve for its free GPUs
@@ -111,6 +113,25 @@ class SynergyPlacer(Placer):
             raise ValueError(f"reserve must be in [0, 1], got {reserve}")
         self.reserve = reserve
         self._pack = PackPlacer()
+        # (model, GPUs per learner) -> the family's CPUs and GB wanted: cache_key() runs for every queued
+        # job in every decision, and finding a model's family is a scan of name prefixes.
+        self._wanted: dict[tuple[str, int], tuple[float, float]] = {}
+        self._share: tuple[Cluster, tuple[Array, Array]] | None = None  # per_gpu_share of the last cluster
+
+    def _wants(self, model: str, g: int) -> tuple[float, float]:
+        wanted = self._wanted.get((model, g))
+        if wanted is None:
+            if len(self._wanted) >= _WANTED_LIMIT:
+                self._wanted.clear()  # model names come from users on a live platform: keep it bounded
+            profile = family_of(model)
+            wanted = self._wanted[(model, g)] = (profile.cpus_wanted(g), profile.mem_wanted(g))
+        return wanted
+
+    def _per_gpu_share(self, cluster: Cluster) -> tuple[Array, Array]:
+        share = self._share
+        if share is None or share[0] is not cluster:
+            share = self._share = (cluster, per_gpu_share(cluster))
+        return share[1]
 
     def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
               prefer: Sequence[str] | None = None) -> Allocation | WaitReason:
@@ -119,7 +140,8 @@ class SynergyPlacer(Placer):
         if job.allocation is not None:
             a = job.allocation
             return place_fixed(job, learners, free, snap, prefer, a.cpus_per_learner, a.mem_gb_per_learner)
-        demand = _Demand(job, free, snap, self.reserve)
+        demand = _Demand(job, free, self.reserve, self._wants(job.spec.model, job.spec.gpus_per_learner),
+                         self._per_gpu_share(snap.cluster))
         for within in groups_in_order(snap, job, prefer):
             found = self._tune(demand, learners, free, within)
             if found is not None:
@@ -156,8 +178,8 @@ class SynergyPlacer(Placer):
         """Placement depends on the model family's want and the GPUs, not on the request. The extra 1 makes
         the key longer than PACK's (used for learners without GPUs), so decide() never compares the two."""
         s = job.spec
-        if s.gpus_per_learner == 0:
-            return super().cache_key(job, learners, snap)
-        profile = family_of(s.model)
         g = s.gpus_per_learner
-        return (learners, g, profile.cpus_wanted(g), profile.mem_wanted(g), 1, s.excluded_types)
+        if g == 0:
+            return super().cache_key(job, learners, snap)
+        wanted = self._wants(s.model, g)
+        return (learners, g, wanted[0], wanted[1], 1, s.excluded_types)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Sequence
 from enum import Enum
 from typing import ClassVar
 
@@ -26,8 +26,11 @@ class Gate:
     def admit(self, job: JobView, gpus: int) -> Admission:
         return Admission.GUARANTEED
 
-    def add(self, job: JobView, gpus: int | None = None) -> None:
-        """Count `gpus` (default: the job's current allocation) against its tenant."""
+    def add(self, job: JobView, learners: int | None = None) -> None:
+        """Count `learners` learners of the job (default: its current allocation) against its tenant.
+
+        Counted in learners, not GPUs: a learner may hold no GPU (CPU-only jobs), and per-resource gates
+        (DRF) must still know how many CPUs and how much memory that is."""
 
     def remove(self, job: JobView) -> None:
         """Stop counting a running job's allocation (it is being preempted)."""
@@ -90,6 +93,16 @@ class Policy(ABC):
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         """GPU types to place `job` on, best first (heterogeneity-aware policies); None: any, placer's call."""
+        return None
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        """What this policy's treatment of a queued job depends on besides the job's shape (learners, GPUs,
+        CPUs, memory per learner, excluded types) and the placer's cache key: its gate's admission, its
+        type preference, whether it may displace anyone and whom. A job ranked after one of the same
+        shape, placer key and class must be admitted alike, prefer the same types and be allowed to
+        displace the same jobs or a subset of them (the promise preemption_scope makes too). decide()
+        then gives it the earlier job's answer while nothing has started or grown in the round, so a long
+        queue costs one attempt per class. None (the default): no such promise, every job is tried."""
         return None
 
     def blocks_others(self, job: JobView) -> bool:

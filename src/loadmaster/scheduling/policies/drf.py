@@ -24,10 +24,11 @@ amount; the gate only learns the GPU count); running jobs count what their alloc
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import takewhile
 from typing import overload
 
+from loadmaster.core.cluster import Cluster
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
@@ -48,12 +49,16 @@ DEFAULT_ROUND_S = 60.0
 class DrfGate(Gate):
     """Per-tenant GPU, CPU and memory usage during one decide() call, and the dominant shares from it."""
 
-    def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota]) -> None:
+    def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota],
+                 totals: tuple[float, float, float] | None = None) -> None:
+        """`totals`: the cluster's GPUs, CPUs and memory, when the caller already has them (they are sums
+        over every server, and a gate is made for every decision)."""
         super().__init__(snap)
         c = snap.cluster
-        total_cpus, total_mem = c.total_cpus, c.total_mem_gb
+        total_gpus, total_cpus, total_mem = totals if totals is not None else (c.total_gpus, c.total_cpus,
+                                                                                c.total_mem_gb)
         # 1 / total per resource; a resource the cluster does not have counts for nobody.
-        self.inv_total = tuple(1.0 / t if t > 0 else 0.0 for t in (c.total_gpus, total_cpus, total_mem))
+        self.inv_total = tuple(1.0 / t if t > 0 else 0.0 for t in (total_gpus, total_cpus, total_mem))
         # decide() runs once per event, so the gate must not walk every running job each time. When
         # no running job holds CPUs or memory (the free arrays say so in two sums), shares are GPU
         # shares and the snapshot's per-tenant GPU counts are enough; otherwise a tenant's usage is
@@ -134,20 +139,18 @@ class DrfGate(Gate):
         self._levels.pop(tenant, None)
         self._fits.pop(tenant, None)
 
-    def add(self, job: JobView, gpus: int | None = None) -> None:
-        # Per learner: what a running job's allocation holds, else the request. `gpus` may cover only part
+    def add(self, job: JobView, learners: int | None = None) -> None:
+        # Per learner: what a running job's allocation holds, else the request. `learners` may be only part
         # of the gang (an elastic job started smaller, or a victim cut to its minimum).
         a = job.allocation
         s = job.spec
         if a is not None:
             per = (a.gpus_per_learner, a.cpus_per_learner, a.mem_gb_per_learner)
-            learners: float = a.learners
+            n = a.learners if learners is None else learners
         else:
             per = (s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
-            learners = s.learners
-        if gpus is not None and per[0] > 0:
-            learners = gpus / per[0]
-        self._move(s.tenant, (learners * per[0], learners * per[1], learners * per[2]), 1.0)
+            n = s.learners if learners is None else learners
+        self._move(s.tenant, (float(n * per[0]), n * per[1], n * per[2]), 1.0)
 
     def remove(self, job: JobView) -> None:
         a = job.allocation
@@ -240,9 +243,15 @@ class DrfPolicy(Policy):
         # The gate of the snapshot being decided: decide() asks for gate() and then rank(), and the
         # order must follow the usage the gate books as jobs start. Held for one call, keyed by snapshot.
         self._current: tuple[Snapshot, DrfGate] | None = None
+        # The last cluster's total GPUs, CPUs and memory (clusters are immutable).
+        self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
 
     def gate(self, snap: Snapshot) -> DrfGate:
-        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants)
+        totals = self._totals
+        if totals is None or totals[0] is not snap.cluster:
+            c = snap.cluster
+            totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
+        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1])
         self._current = (snap, gate)
         return gate
 
@@ -293,3 +302,6 @@ class DrfPolicy(Policy):
 
     def preemption_scope(self, job: JobView) -> object:
         return job.spec.tenant
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return job.spec.tenant  # entitlement and victims follow the tenant and the job's shape

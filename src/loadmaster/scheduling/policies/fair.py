@@ -9,7 +9,7 @@ does not is BORROWED (it runs on idle GPUs only) up to the tenant's borrowing li
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
@@ -21,9 +21,12 @@ class QuotaGate(Gate):
         self.quotas = quotas
         self.usage: dict[str, int] = dict(snap.tenant_gpus)
 
-    def add(self, job: JobView, gpus: int | None = None) -> None:
-        if gpus is None:
-            gpus = job.allocation.gpus if job.allocation else 0
+    def add(self, job: JobView, learners: int | None = None) -> None:
+        a = job.allocation
+        if learners is None:
+            gpus = a.gpus if a is not None else 0
+        else:
+            gpus = learners * (a.gpus_per_learner if a is not None else job.spec.gpus_per_learner)
         t = job.spec.tenant
         self.usage[t] = self.usage.get(t, 0) + gpus
 
@@ -111,3 +114,6 @@ class FairPolicy(Policy):
 
     def preemption_scope(self, job: JobView) -> object:
         return job.spec.tenant
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return job.spec.tenant  # admission, preemption rights and victims follow the tenant and the GPUs

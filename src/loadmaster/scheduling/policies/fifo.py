@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -20,6 +20,9 @@ class FifoPolicy(Policy):
 
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
         return sorted(snap.queued, key=lambda j: (j.spec.submit_time_s, j.spec.job_id))
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return ()  # every job of one shape is treated alike
 
     def blocks_others(self, job: JobView) -> bool:
         return self.strict

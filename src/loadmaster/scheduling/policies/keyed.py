@@ -8,7 +8,7 @@ key first. Subclasses only say what the key is.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Sequence
+from collections.abc import Hashable, Sequence
 
 from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -28,6 +28,11 @@ class KeyedPolicy(Policy):
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         return self.key(snap, victim) > self.key(snap, job)
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        # Who a job may displace depends on its key alone (a subclass that also prefers GPU types per job
+        # must add what that preference depends on).
+        return self.key(snap, job)
 
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
         # Least urgent first; among equals, the most recently started (least work lost).

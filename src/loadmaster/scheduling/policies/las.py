@@ -50,9 +50,11 @@ on which the job itself runs fastest.
 
 from __future__ import annotations
 
-from bisect import bisect_right
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from itertools import takewhile
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from operator import attrgetter, itemgetter
+
+import numpy as np
 
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
@@ -69,6 +71,10 @@ TIRESIAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3250.0,)
 DEFAULT_STARVE_FACTOR = 100.0
 DEFAULT_ROUND_S = 60.0
 DEFAULT_MAX_LOSS_S = 60.0
+_RANK_KEY = itemgetter(0, 1, 2)  # queue, submit time, job id
+_WORK_DONE = attrgetter("work_done_s")
+_RATE = attrgetter("rate")
+_AS_OF = attrgetter("as_of")
 
 # Relative training throughput per GPU type, V100 = 1.0: the same numbers as the simulator's
 # DEFAULT_TYPE_SPEED (sim/perf.py, medians over Gavel's models), repeated because scheduling may not
@@ -96,6 +102,9 @@ class LasPolicy(KeyedPolicy):
         # Each job's queue at one snapshot, computed once: rank() sorts by it and decide() asks again for
         # every job that does not fit and every victim candidate. Held for the snapshot last asked about.
         self._queues: tuple[Snapshot, dict[int, tuple[JobView, int]]] | None = None
+        # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
+        # the jobs). See victim_candidates().
+        self._displaceable: tuple[Snapshot, list[int], list[JobView]] | None = None
 
     # -- attained service: what `las-het` redefines ---------------------------------------------------
     def service(self, job: JobView, clock: float) -> float:
@@ -149,11 +158,29 @@ class LasPolicy(KeyedPolicy):
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (float(self.queue(snap, job)),)
 
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return self.queue(snap, job)  # the key, without building it
+
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
         # Queues in order, FIFO by submit time within one. Each queue is computed once here and reused
-        # by the preemption hooks through the memo.
-        queue = self.queue
-        return sorted(snap.queued, key=lambda j: (queue(snap, j), j.spec.submit_time_s, j.spec.job_id))
+        # by the preemption hooks through the memo (filled directly: this runs over the whole queue).
+        memo = self._queues
+        if memo is None or memo[0] is not snap:
+            memo = self._queues = (snap, {})
+        known = memo[1]
+        compute = self._queue
+        keyed = []
+        for j in snap.queued:
+            hit = known.get(id(j))
+            if hit is not None and hit[0] is j:
+                q = hit[1]
+            else:
+                q = compute(snap, j)
+                known[id(j)] = (j, q)
+            spec = j.spec
+            keyed.append((q, spec.submit_time_s, spec.job_id, j))
+        keyed.sort(key=_RANK_KEY)
+        return [k[3] for k in keyed]
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """May `victim` be displaced now? With max_loss_s, only once it has saved a checkpoint since it
@@ -178,11 +205,35 @@ class LasPolicy(KeyedPolicy):
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
-        # Victims come sorted displaceable first, lowest queue first: the first one that is held or in
-        # the job's own queue or above ends the scan, instead of walking every running job for each job
-        # that cannot displace anyone.
-        mine = self.queue(snap, job)
-        return takewhile(lambda v: self.queue(snap, v) > mine and self.displaceable(snap, v), victims())
+        # In victim_key order the displaceable jobs come first, lowest queue first, so the ones of a lower
+        # queue than the job's are a prefix of them. Only that run is built (once per snapshot: the running
+        # jobs that are displaceable now, sorted by victim_key), not decide()'s list of every running job,
+        # and each job cuts its prefix by bisection instead of walking it.
+        run = self._displaceable
+        if run is None or run[0] is not snap:
+            running = snap.running
+            jobs = [v for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok]
+            jobs.sort(key=lambda v: self.victim_key(snap, v))
+            run = self._displaceable = (snap, [-self.queue(snap, v) for v in jobs], jobs)
+        return iter(run[2][:bisect_left(run[1], -self.queue(snap, job))])
+
+    def _displaceable_all(self, snap: Snapshot, jobs: Sequence[JobView]) -> list[bool]:
+        """displaceable() of every job at once, with the same float operations (this runs over every
+        running job whenever a job may displace others)."""
+        if self.max_loss_s is None:
+            return [True] * len(jobs)
+        n = len(jobs)
+        done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
+        rate = np.fromiter(map(_RATE, jobs), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
+        work = done + rate * np.maximum(0.0, snap.clock - as_of)
+        ckpt = self.checkpoint_interval_s
+        if ckpt <= 0:
+            ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
+        else:
+            ok = (np.floor(work / ckpt) > np.floor(done / ckpt)) & (np.remainder(work, ckpt) <= self.max_loss_s)
+        flags: list[bool] = ok.tolist()
+        return flags
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         # A job in the last queue has nobody below it.
@@ -211,6 +262,9 @@ class HetLasPolicy(LasPolicy):
 
     def service_before_run(self, job: JobView) -> float:
         return job.spec.gpus * job.work_done_s
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return (self.queue(snap, job), job.spec.type_speed)  # the preference follows the job's own speeds
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         types = snap.cluster.gpu_types

@@ -14,8 +14,11 @@ r_v + lost_v, more than r_j, and a running job's remaining work only falls, so i
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
-from itertools import takewhile
+from collections.abc import Callable, Hashable, Iterable, Sequence
+from operator import attrgetter
+
+import numpy as np
+import numpy.typing as npt
 
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
@@ -25,6 +28,12 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 # here. They only shape the estimate of what a preemption costs, never what the simulator charges.
 DEFAULT_CHECKPOINT_INTERVAL_S = 900.0
 DEFAULT_RESTART_OVERHEAD_S = 30.0
+
+_WORK_DONE = attrgetter("work_done_s")
+_RATE = attrgetter("rate")
+_AS_OF = attrgetter("as_of")
+_DURATION = attrgetter("spec.duration_s")
+_STARTED = attrgetter("started_at")
 
 
 def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
@@ -59,7 +68,7 @@ class SrtfPolicy(KeyedPolicy):
         self.checkpoint_interval_s = checkpoint_interval_s
         self.restart_overhead_s = restart_overhead_s
         # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
-        self._ranked: tuple[Snapshot, list[float], list[JobView]] | None = None
+        self._ranked: tuple[Snapshot, npt.NDArray[np.float64], list[int], Sequence[JobView]] | None = None
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
@@ -84,25 +93,50 @@ class SrtfPolicy(KeyedPolicy):
         # The victim with most to gain from being displaced first; ties: the most recently started.
         return (-self.displaceable(snap, victim), -(victim.started_at or 0.0))
 
-    def _by_gain(self, snap: Snapshot) -> tuple[list[float], list[JobView]]:
-        """Every running job's displaceable(), highest first (ties: the most recently started first),
-        computed once per snapshot: decide() may try to preempt for many queued jobs in one round."""
+    def _by_gain(self, snap: Snapshot) -> tuple[npt.NDArray[np.float64], list[int], Sequence[JobView]]:
+        """Every running job's displaceable(), negated and sorted (highest gain first; ties: the most
+        recently started first, then snapshot order), the running jobs' positions in that order, and the
+        running jobs. Computed once per snapshot: decide() may try to preempt for many queued jobs in one
+        round, and this walks every running job."""
         ranked = self._ranked
         if ranked is None or ranked[0] is not snap:
             jobs = snap.running
-            gains = [self.displaceable(snap, v) for v in jobs]
-            order = sorted(range(len(jobs)), key=lambda i: (gains[i], jobs[i].started_at or 0.0), reverse=True)
-            ranked = self._ranked = (snap, [gains[i] for i in order], [jobs[i] for i in order])
-        return ranked[1], ranked[2]
+            gains = self._gains(snap.clock, jobs)
+            started = list(map(_STARTED, jobs))
+            if None in started:
+                started = [0.0 if t is None else t for t in started]
+            # A stable sort of the negated keys: what sorted(..., reverse=True) on the keys gives.
+            order = np.lexsort((-np.array(started, dtype=np.float64), -gains))
+            ranked = self._ranked = (snap, -gains[order], order.tolist(), jobs)
+        return ranked[1], ranked[2], ranked[3]
+
+    def _gains(self, clock: float, jobs: Sequence[JobView]) -> npt.NDArray[np.float64]:
+        """displaceable() of every job at once, with the same float operations in the same order."""
+        n = len(jobs)
+        done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
+        rate = np.fromiter(map(_RATE, jobs), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
+        duration = np.fromiter(map(_DURATION, jobs), np.float64, n)
+        work = done + rate * np.maximum(0.0, clock - as_of)
+        ckpt = self.checkpoint_interval_s
+        lost = np.remainder(work, ckpt) if ckpt > 0 else work
+        gains: npt.NDArray[np.float64] = np.maximum(0.0, duration - work) - lost - self.restart_overhead_s
+        return gains
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        # Jobs are ranked by rising remaining work, and a job may displace those whose gain exceeds its own
+        # remaining work: a later job of the same shape may displace a subset of an earlier one's victims,
+        # so if that one found no room, neither does this one. The exact remaining work adds nothing.
+        return ()
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        gains, _ = self._by_gain(snap)
-        return bool(gains) and gains[0] > job.remaining_at(snap.clock)
+        neg_gains, _, _ = self._by_gain(snap)
+        return neg_gains.size > 0 and -float(neg_gains[0]) > job.remaining_at(snap.clock)
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
         # In victim_key order, from this policy's own per-snapshot ranking (decide()'s victims() would
-        # recompute every key); the first job that may not be displaced ends the scan.
-        gains, jobs = self._by_gain(snap)
-        mine = job.remaining_at(snap.clock)
-        return (v for _, v in takewhile(lambda gv: gv[0] > mine, zip(gains, jobs, strict=True)))
+        # recompute every key): the prefix whose gain exceeds the job's remaining work.
+        neg_gains, order, jobs = self._by_gain(snap)
+        k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
+        return (jobs[i] for i in order[:k])

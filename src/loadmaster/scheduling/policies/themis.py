@@ -53,10 +53,10 @@ See docs/policies.md (## themis) for measurements.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -112,6 +112,29 @@ class _ClusterFacts:
 
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
+# From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
+# fixed cost per call is more than the Python loop's).
+_VECTOR_MIN = 64
+_SPEC = attrgetter("spec")
+_JOB_ID = attrgetter("job_id")
+_SUBMIT = attrgetter("submit_time_s")
+_DURATION = attrgetter("duration_s")
+_GPUS = attrgetter("gpus")
+_WORK_DONE = attrgetter("work_done_s")
+_RATE = attrgetter("rate")
+_AS_OF = attrgetter("as_of")
+_TYPE_SPEED = attrgetter("type_speed")
+
+
+def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: npt.NDArray[np.float64]
+                   ) -> npt.NDArray[np.intp]:
+    """Positions sorted by (first, second, id), as sorted() orders such tuples. The ids, slow to compare
+    as numpy strings, are only sorted on when two jobs tie on both numbers."""
+    order = np.lexsort((second, first))
+    a, b = first[order], second[order]
+    if not ((a[1:] == a[:-1]) & (b[1:] == b[:-1])).any():
+        return order
+    return np.lexsort((np.array(ids), second, first))
 
 
 def _ideal_s(spec: JobSpec, share: float) -> float:
@@ -158,6 +181,9 @@ class _Round:
             self.ranked: list[JobView] = list(queued)
             self.offered = frozenset(j.job_id for j in queued)
             return
+        if len(queued) >= _VECTOR_MIN:
+            self._rank_vectorized(queued)
+            return
         order = sorted(((self.queued_rho(j), j) for j in queued),
                        key=lambda rj: (-rj[0], rj[1].spec.submit_time_s, rj[1].job_id))
         k = policy.offer_count(len(order))
@@ -165,6 +191,47 @@ class _Round:
         rest = sorted((j for _, j in order[k:]),
                       key=lambda j: (j.remaining_at(clock) * j.spec.gpus, j.spec.submit_time_s, j.job_id))
         self.ranked = [j for _, j in order[:k]] + rest
+
+    def _rank_vectorized(self, queued: Sequence[JobView]) -> None:
+        """The order above, for a long queue: every rho at once with the same float operations in the
+        same order (queued_rho, remaining_at, _ideal_s), and the same sort keys (numpy's lexsort is stable
+        and compares strings by code point, as Python does). Bit for bit the same ranking, offer and rho."""
+        n = len(queued)
+        clock, share = self.clock, self.share
+        specs = list(map(_SPEC, queued))
+        ids = list(map(_JOB_ID, specs))
+        submit = np.fromiter(map(_SUBMIT, specs), np.float64, n)
+        duration = np.fromiter(map(_DURATION, specs), np.float64, n)
+        gpus = np.fromiter(map(_GPUS, specs), np.float64, n)
+        done = np.fromiter(map(_WORK_DONE, queued), np.float64, n)
+        rate = np.fromiter(map(_RATE, queued), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, queued), np.float64, n)
+        remaining = np.maximum(0.0, duration - (done + rate * np.maximum(0.0, clock - as_of)))
+        # The bid's speed: 1 where every type is worth the same to the job (valuation() says None), which
+        # on a uniform cluster is every job without speeds of its own: then no job needs a look of its own.
+        speed = np.ones(n)
+        if self.facts.uniform and list(map(_TYPE_SPEED, specs)).count(None) == n:
+            self.bids = dict.fromkeys(ids, (None, 1.0))
+        else:
+            uniform = self.facts.uniform
+            for i, spec in enumerate(specs):
+                if spec.gpus_per_learner != 0 and not (uniform and spec.type_speed is None):
+                    speed[i] = self.bid(queued[i])[1]
+                else:
+                    self.bids[ids[i]] = (None, 1.0)
+        shared = (clock - submit) + remaining / np.maximum(speed, _TINY)
+        slower = np.ones(n)
+        if share > 0:
+            wide = share < gpus
+            slower[wide] = gpus[wide] / share
+        rho = shared / np.maximum(duration * slower, _TINY)
+        self.rho = dict(zip(ids, rho.tolist(), strict=True))
+        order = _lexsort_by_id(ids, submit, -rho)
+        k = self.policy.offer_count(n)
+        top, rest = order[:k], order[k:]
+        rest = rest[_lexsort_by_id([ids[i] for i in rest.tolist()], submit[rest], (remaining * gpus)[rest])]
+        self.offered = frozenset(ids[i] for i in top.tolist())
+        self.ranked = [queued[i] for i in top.tolist()] + [queued[i] for i in rest.tolist()]
 
     # -- rho ------------------------------------------------------------------------------------------
     def ideal_s(self, spec: JobSpec) -> float:
@@ -393,4 +460,12 @@ class ThemisPolicy(Policy):
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
+
+    def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
+        # rho bounds whom it may displace, but offered jobs are ranked by falling rho, so a later one of the
+        # same shape may displace a subset of an earlier one's victims: if that one found no room, neither
+        # does this one (decide's own memo of failed displacements relies on the same order).
+        rnd = self._round(snap)
+        return (job.job_id in rnd.offered, rnd.bid(job)[0])
 
