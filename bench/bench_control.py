@@ -40,6 +40,7 @@ from loadmaster.core.job import JobStatus
 from loadmaster.platform.control import ControlLoop
 from loadmaster.platform.estimates import Estimator, estimation_error
 from loadmaster.platform.executors.local import LocalExecutor
+from loadmaster.platform.gc_tuning import tune_for_serving
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.manifest import parse_manifest
 from loadmaster.platform.store.db import Store
@@ -120,6 +121,7 @@ def rounds_part(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     executor = LocalExecutor()
     loop = ControlLoop(store, cluster(), executor, JobDirs(tmp / "rounds"), policy=make_policy("fair"),
                        placer=make_placer("pack"), grace_s=1.0, estimates=False)
+    tune_for_serving()  # as `loadmaster server` does once it has built its objects
     rows: list[dict[str, Any]] = []
     try:
         started = time.perf_counter()

@@ -27,6 +27,7 @@ from loadmaster.platform.api.serving import HANDLED, ApiServer
 from loadmaster.platform.control.loop import ControlLoop
 from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.executors.base import Executor
+from loadmaster.platform.gc_tuning import tune_for_serving
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.tenants import ensure_admin_token
@@ -150,6 +151,7 @@ class Platform:
         """Bind the port, recover, start the loop (the API then serves with run() or in a thread)."""
         self.api = ApiServer(self.app, self.options.host, self.options.port, on_exit=self.ctx.closing.set)
         self.recovery = self.loop.recover()
+        tune_for_serving()
         self.loop.start()
 
     def serve(self, out: TextIO = sys.stdout, on_ready: Callable[[Platform], None] | None = None) -> None:
