@@ -8,8 +8,12 @@ import os
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
+
+if TYPE_CHECKING:
+    from tests.platform.control_fixtures import Env
 
 PG_ADMIN_URL = os.environ.get("LOADMASTER_TEST_PG", "postgresql://postgres@127.0.0.1:5432/test")
 
@@ -47,3 +51,24 @@ def db_url(request: pytest.FixtureRequest) -> str:
     """Both backends: tests taking db_url run twice."""
     fixture = "sqlite_url" if request.param == "sqlite" else "pg_url"
     return str(request.getfixturevalue(fixture))
+
+
+@pytest.fixture
+def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
+    """A store (both backends), a LocalExecutor and a ControlLoop driven by hand (control_fixtures.Env).
+    Modules whose tests need another cluster or policy define their own `env`."""
+    from tests.platform.control_fixtures import make_env
+
+    e = make_env(db_url, tmp_path)
+    yield e
+    e.close()
+
+
+@pytest.fixture
+def lite(sqlite_url: str, tmp_path: Path) -> Iterator[Env]:
+    """`env` on SQLite only, for tests whose point is not the backend."""
+    from tests.platform.control_fixtures import make_env
+
+    e = make_env(sqlite_url, tmp_path)
+    yield e
+    e.close()

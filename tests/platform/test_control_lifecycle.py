@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -10,20 +9,6 @@ import pytest
 from loadmaster.core.job import JobStatus as S
 from loadmaster.platform.control import ControlLoop
 from tests.platform.control_fixtures import Env, learner, make_env
-
-
-@pytest.fixture
-def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
-    e = make_env(db_url, tmp_path)
-    yield e
-    e.close()
-
-
-@pytest.fixture
-def lite(sqlite_url: str, tmp_path: Path) -> Iterator[Env]:
-    e = make_env(sqlite_url, tmp_path)
-    yield e
-    e.close()
 
 
 def test_a_gang_runs_to_completion_with_its_history_and_progress(env: Env) -> None:

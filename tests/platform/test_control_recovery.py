@@ -4,28 +4,11 @@ a server crash. The old loop is dropped without stopping anything: its learners 
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-
-import pytest
 
 from loadmaster.core.job import JobStatus as S
 from loadmaster.platform.store.models import Job
-from tests.platform.control_fixtures import Env, learner, make_env
-
-
-@pytest.fixture
-def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
-    e = make_env(db_url, tmp_path)
-    yield e
-    e.close()
-
-
-@pytest.fixture
-def lite(sqlite_url: str, tmp_path: Path) -> Iterator[Env]:
-    e = make_env(sqlite_url, tmp_path)
-    yield e
-    e.close()
+from tests.platform.control_fixtures import Env, learner
 
 
 def _crash(env: Env) -> None:
