@@ -119,13 +119,37 @@ def load_data(seed: int) -> Data:
                 torch.from_numpy(test_x), torch.from_numpy(test_y).long())
 
 
-def init_process_group(world_size: int, rank: int, timeout_s: float) -> None:
+def init_process_group(world_size: int, rank: int, timeout_s: float) -> dist.Store:
+    """Join the gang; returns the rendezvous store (leave() needs it after the group is gone)."""
     timeout = timedelta(seconds=timeout_s)
+    store: dist.Store
     if world_size == 1 and "MASTER_ADDR" not in os.environ:
         # Alone without a rendezvous: an in-process store, so the same DDP code path runs.
-        dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1, timeout=timeout)
+        store = dist.HashStore()
     else:
-        dist.init_process_group("gloo", init_method="env://", rank=rank, world_size=world_size, timeout=timeout)
+        # env:// by hand, to keep the store: rank 0 serves it at MASTER_ADDR:MASTER_PORT (under torchrun
+        # the agent already does, and says so).
+        serves = rank == 0 and os.environ.get("TORCHELASTIC_USE_AGENT_STORE") != "True"
+        store = dist.TCPStore(os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"]), world_size,
+                              is_master=serves, timeout=timeout)
+    dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=timeout)
+    return store
+
+
+def leave(store: dist.Store, rank: int, world_size: int) -> int:
+    """Leave the gang, rank 0 last. Rank 0 serves the rendezvous store, and a rank tearing down its gloo
+    group after rank 0 has exited can hang (seen under the platform: rank 1 hung after a halt until the
+    grace period ran out and it was killed). So the others leave first and say so; rank 0 then goes."""
+    dist.barrier()  # nobody leaves before the checkpoint or the results are complete
+    if rank != 0:
+        dist.destroy_process_group()
+        store.add("left", 1)
+        return 0
+    deadline = time.monotonic() + 30.0
+    while store.add("left", 0) < world_size - 1 and time.monotonic() < deadline:
+        time.sleep(0.02)
+    dist.destroy_process_group()
+    return 0
 
 
 def step_seed(seed: int, rank: int, step: int) -> int:
@@ -195,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     rank, world_size = context.rank, context.world_size
     torch.set_num_threads(1)  # one core per learner; also keeps CPU kernels' reduction order fixed
     torch.use_deterministic_algorithms(True)
-    init_process_group(world_size, rank, config.timeout_s)
+    store = init_process_group(world_size, rank, config.timeout_s)
     ckpt_dir = runtime.checkpoint_dir(config.checkpoint_dir)
 
     data = load_data(config.seed)
@@ -251,9 +275,7 @@ def main(argv: list[str] | None = None) -> int:
                     saved = save(module, optimizer, epoch=epoch, batch=index + 1, step=step,
                                  world_size=world_size, config=config, directory=ckpt_dir)
                     print(f"rank 0: asked to stop; checkpointed {saved.name}", flush=True)
-                dist.barrier()  # nobody leaves before the checkpoint is complete
-                dist.destroy_process_group()
-                return 0
+                return leave(store, rank, world_size)
         epoch, first_batch = epoch + 1, 0
         train_loss, train_accuracy = evaluate(module, data.train_x, data.train_y)
         test_loss, test_accuracy = evaluate(module, data.test_x, data.test_y)
@@ -283,9 +305,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         written = write_results(runtime.results_dir(config.results_dir), results)
         print(f"test accuracy {test_accuracy:.4f}; results in {written}", flush=True)
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
+    return leave(store, rank, world_size)
 
 
 if __name__ == "__main__":
