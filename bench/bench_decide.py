@@ -189,18 +189,7 @@ class World:
         return self._build(clock, running, tuple(self.queued) + arrivals)
 
     def _build(self, clock: float, running: tuple[JobView, ...], queued: tuple[JobView, ...]) -> Snapshot:
-        c = self.cluster
-        free_g = c.gpu_capacity.astype(np.float64)
-        free_c = c.cpu_capacity.copy()
-        free_m = c.mem_capacity.copy()
-        for v in running:
-            a = v.allocation
-            assert a is not None
-            for node, k in a.per_node().items():
-                free_g[node] -= k * a.gpus_per_learner
-                free_c[node] -= k * a.cpus_per_learner
-                free_m[node] -= k * a.mem_gb_per_learner
-        return Snapshot.build(clock, c, free_g, free_c, free_m, queued, running, self.quotas)
+        return Snapshot.of_running(clock, self.cluster, queued, running, self.quotas)
 
 
 def percentile(xs: list[float], q: float) -> float:

@@ -28,15 +28,7 @@ def running(spec: JobSpec, nodes: tuple[int, ...], started: float = 0.0) -> JobV
 
 def snapshot(c: Cluster, run: tuple[JobView, ...], waiting: tuple[JobView, ...],
              tenants: dict[str, TenantQuota] | None = None, clock: float = 100.0) -> Snapshot:
-    g, cp, m = c.gpu_capacity.astype(float), c.cpu_capacity.copy(), c.mem_capacity.copy()
-    for v in run:
-        a = v.allocation
-        assert a is not None
-        for n, k in a.per_node().items():
-            g[n] -= k * a.gpus_per_learner
-            cp[n] -= k * a.cpus_per_learner
-            m[n] -= k * a.mem_gb_per_learner
-    return Snapshot.build(clock, c, g, cp, m, waiting, run, tenants)
+    return Snapshot.of_running(clock, c, waiting, run, tenants)
 
 
 def test_dominant_share_takes_the_scarcest_resource() -> None:

@@ -69,19 +69,11 @@ def _busy_world(seed: int, queued: int = 300) -> Snapshot:
         running.append(JobView(s, s.submit_time_s, allocation=st_.allocation, work_done_s=float(rng.randint(0, 3000)),
                                rate=rng.choice([1.0, 0.8]), as_of=started, attained_gpu_s=float(rng.randint(0, 9000)),
                                started_at=started))
-    free_g, free_c, free_m = c.gpu_capacity.astype(float), c.cpu_capacity.copy(), c.mem_capacity.copy()
-    for v in running:
-        a = v.allocation
-        assert a is not None
-        for n, k in a.per_node().items():
-            free_g[n] -= k * a.gpus_per_learner
-            free_c[n] -= k * a.cpus_per_learner
-            free_m[n] -= k * a.mem_gb_per_learner
     waiting = tuple(JobView(s, s.submit_time_s, as_of=s.submit_time_s, work_done_s=float(rng.choice([0, 0, 500])),
                             attained_gpu_s=float(rng.choice([0, 0, 4000])))
                     for s in (spec(i, "q") for i in range(queued)))
     quotas = quotas_by_demand(Workload([*first, *(w.spec for w in waiting)], LoadReport("t")), c.total_gpus)
-    return Snapshot.build(clock, c, free_g, free_c, free_m, waiting, tuple(running), quotas)
+    return Snapshot.of_running(clock, c, waiting, tuple(running), quotas)
 
 
 @pytest.mark.parametrize("seed", range(4))

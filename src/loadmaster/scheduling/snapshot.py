@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
@@ -67,6 +67,23 @@ class TenantQuota:
     @property
     def max_gpus(self) -> float:
         return float("inf") if self.borrow_limit is None else self.gpus + self.borrow_limit
+
+
+def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
+        npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """Free GPUs, CPUs and memory per node: the cluster's capacity less what the running jobs hold. Values can
+    go negative on an overcommitted node; callers that can meet one decide what that means."""
+    gpus = cluster.gpu_capacity.astype(np.float64)
+    cpus = cluster.cpu_capacity.astype(np.float64)
+    mem = cluster.mem_capacity.astype(np.float64)
+    for view in running:
+        alloc = view.allocation
+        assert alloc is not None, f"{view.job_id} is not running"
+        for node, count in alloc.per_node().items():
+            gpus[node] -= count * alloc.gpus_per_learner
+            cpus[node] -= count * alloc.cpus_per_learner
+            mem[node] -= count * alloc.mem_gb_per_learner
+    return gpus, cpus, mem
 
 
 def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
@@ -150,6 +167,12 @@ class Snapshot:
         if running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic
         return snap
+
+    @classmethod
+    def of_running(cls, clock: float, cluster: Cluster, queued: tuple[JobView, ...], running: tuple[JobView, ...],
+                   tenants: Mapping[str, TenantQuota] | None = None) -> Snapshot:
+        """A snapshot whose free capacity is derived from the running jobs' allocations (tests, benchmarks)."""
+        return cls.build(clock, cluster, *free_after(cluster, running), queued, running, tenants)
 
     @classmethod
     def idle(cls, clock: float, cluster: Cluster, queued: tuple[JobView, ...] = (),

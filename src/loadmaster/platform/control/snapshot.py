@@ -25,7 +25,7 @@ from loadmaster.platform.control.allocation import to_allocation
 from loadmaster.platform.control.rows import JobRow
 from loadmaster.platform.control.state import PendingStart, Phase, RunState
 from loadmaster.platform.manifest import JobManifest, Locality, PlacementStrategy
-from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota, free_after
 
 DEFAULT_DURATION_S = 3600.0
 Vector = npt.NDArray[np.float64]
@@ -159,15 +159,6 @@ class SnapshotBuilder:
                        row.attained_gpu_s, row.preemptions, started)
 
     def free(self, running: list[JobView]) -> tuple[Vector, Vector, Vector]:
-        gpus = self.cluster.gpu_capacity.astype(np.float64)
-        cpus = self.cluster.cpu_capacity.copy()
-        mem = self.cluster.mem_capacity.copy()
-        for view in running:
-            alloc = view.allocation
-            assert alloc is not None
-            for node, count in alloc.per_node().items():
-                gpus[node] -= count * alloc.gpus_per_learner
-                cpus[node] -= count * alloc.cpus_per_learner
-                mem[node] -= count * alloc.mem_gb_per_learner
+        gpus, cpus, mem = free_after(self.cluster, running)
         # Never below zero: an overcommitted node (a cluster shrunk under running jobs) is merely full.
         return np.maximum(gpus, 0.0), np.maximum(cpus, 0.0), np.maximum(mem, 0.0)
