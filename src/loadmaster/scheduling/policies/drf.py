@@ -33,9 +33,8 @@ from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
     DEFAULT_RESTART_OVERHEAD_S,
-    checkpointed_this_run,
+    in_checkpoint_window,
     preemption_loss_gpu_s,
-    work_since_checkpoint,
 )
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
@@ -268,11 +267,7 @@ class DrfPolicy(Policy):
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
         under `las` (see las.py): fairness is restored within a checkpoint interval at almost no lost work."""
-        if self.max_loss_s is None:
-            return True
-        ckpt = self.checkpoint_interval_s
-        return (checkpointed_this_run(victim, snap.clock, ckpt)
-                and work_since_checkpoint(victim, snap.clock, ckpt) <= self.max_loss_s)
+        return in_checkpoint_window(victim, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         assert isinstance(gate, DrfGate)

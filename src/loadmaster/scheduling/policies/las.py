@@ -61,9 +61,8 @@ from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
     DEFAULT_RESTART_OVERHEAD_S,
-    checkpointed_this_run,
+    in_checkpoint_window,
     preemption_loss_gpu_s,
-    work_since_checkpoint,
 )
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -186,11 +185,7 @@ class LasPolicy(KeyedPolicy):
         """May `victim` be displaced now? With max_loss_s, only once it has saved a checkpoint since it
         (re)started (a run cut short before that is wholly lost, and the restart paid for nothing), and
         only while the work since its last checkpoint is at most max_loss_s."""
-        if self.max_loss_s is None:
-            return True
-        ckpt = self.checkpoint_interval_s
-        return (checkpointed_this_run(victim, snap.clock, ckpt)
-                and work_since_checkpoint(victim, snap.clock, ckpt) <= self.max_loss_s)
+        return in_checkpoint_window(victim, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         return self.queue(snap, victim) > self.queue(snap, job) and self.displaceable(snap, victim)

@@ -60,6 +60,16 @@ def checkpointed_this_run(job: JobView, clock: float, checkpoint_interval_s: flo
     return math.floor(job.work_at(clock) / checkpoint_interval_s) > at_start
 
 
+def in_checkpoint_window(job: JobView, clock: float, checkpoint_interval_s: float, max_loss_s: float | None) -> bool:
+    """The checkpoint window of `las` and `drf` (las.py explains it): running `job` may be displaced only
+    once it has checkpointed in its current run and while at most max_loss_s work-seconds would be lost,
+    i.e. just after a checkpoint. max_loss_s None: at any time."""
+    if max_loss_s is None:
+        return True
+    return (checkpointed_this_run(job, clock, checkpoint_interval_s)
+            and work_since_checkpoint(job, clock, checkpoint_interval_s) <= max_loss_s)
+
+
 class SrtfPolicy(KeyedPolicy):
     name = "srtf"
 
