@@ -88,6 +88,14 @@ def submit(
         if not path.is_file():
             fail(f"no such manifest file: {file}")
         text = path.read_text(encoding="utf-8", errors="replace")
+    # Checked here first so a malformed file is named as such even when the server is down; the server
+    # checks again (and against the cluster), so this adds no rule of its own.
+    from loadmaster.platform.manifest import ManifestError, load_manifest_text
+
+    try:
+        load_manifest_text(text)
+    except ManifestError as err:
+        fail(f"{file}: {err}")
     c = client(admin=tenant is not None)
     job = c.submit(text, yaml=not file.endswith(".json"), tenant=tenant)
     if as_json:
