@@ -40,13 +40,13 @@ def load_history(path: str, fmt: str = "auto") -> History:
 
 def resolve(path: str, fmt: str = "auto") -> tuple[Path, str]:
     """The file to read and its format: a bundled sample's, the one asked for, or the detected one."""
+    if fmt != "auto" and fmt not in FORMATS:
+        raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; {_choices()}")
     if samples.is_sample(path):
         try:
             return samples.resolve(path)
         except ValueError as exc:
             raise TraceFormatError(path, None, None, str(exc)) from None
-    if fmt != "auto" and fmt not in FORMATS:
-        raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; {_choices()}")
     p = Path(path)
     if not p.exists():
         raise TraceFormatError(path, None, None, "no such file or folder")
