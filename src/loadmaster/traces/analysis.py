@@ -319,9 +319,10 @@ def _binned(t: np.ndarray, busy: np.ndarray, bin_s: float) -> dict[str, list[flo
     edges = np.arange(t[0], t[-1] + bin_s, bin_s)
     if edges.size < 2:
         edges = np.array([t[0], t[-1]])
+    edges = np.clip(edges, t[0], t[-1])  # the last bin ends with the trace
     k = np.clip(np.searchsorted(t, edges, side="right") - 1, 0, busy.size - 1)
-    area = prefix[k] + busy[k] * (np.clip(edges, t[0], t[-1]) - t[k])
-    widths = np.diff(edges)
+    area = prefix[k] + busy[k] * (edges - t[k])
+    widths = np.maximum(np.diff(edges), 1e-9)
     return {"t": [float(x) for x in edges[:-1]], "busy": [float(a) for a in np.diff(area) / widths]}
 
 
