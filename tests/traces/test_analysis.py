@@ -246,3 +246,10 @@ def test_the_philly_sample_split_accounts_for_every_second(philly_log: Path) -> 
     a = analyze(history, load_cluster("philly"))
     assert "lower bounds" in a["queueing"]["split"]["caveat"]
     assert a["capacity_gpus"] == occ.capacity > 2490
+
+
+def test_the_allocation_series_keeps_to_its_bin_budget(hand_history: History) -> None:
+    a = analyze(hand_history, hand_cluster(), options=Options(utilization_max_bins=1))
+    series = a["utilization"]["series"]
+    assert series["bin_s"] == 7200  # 6,500 s in at most one bin: two hours, clipped to the trace
+    assert series["allocated"] == pytest.approx([HAND_GPU_S / (12 * HAND_END_S)])

@@ -17,6 +17,7 @@ filled in that the trace does not hold.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -49,7 +50,8 @@ class Shares:
 class Options:
     min_delay_s: float = 60.0  # a job "was delayed" if it waited this long (shorter: scheduler latency)
     top_vcs: int = 5  # queueing CDFs per VC for this many of the largest VCs (the paper shows five)
-    utilization_bin_s: float = 3600.0
+    utilization_bin_s: float = 3600.0  # the allocation series averages over bins this long ...
+    utilization_max_bins: int = 2500  # ... or a whole number of them, to keep at most this many bins
 
 
 def analyze(history: History, cluster: Cluster | None, shares: Callable[[int], Shares] | None = None,
@@ -287,8 +289,10 @@ def utilization(history: History, occ: Occupancy | None, capacity: int | None,
             out["offered_load"] = _offered_load(history.workload.jobs, capacity)
         out["per_gpu_compute"] = per_gpu
         return out
-    series = _binned(t, busy, options.utilization_bin_s)
     span = t[-1] - t[0]
+    unit = options.utilization_bin_s
+    bin_s = unit * max(1, math.ceil(span / unit / options.utilization_max_bins))
+    series = _binned(t, busy, bin_s)
     mean = float((busy * np.diff(t)).sum() / span / capacity) if span > 0 and capacity else 0.0
     allocated = np.array(series["busy"]) / capacity if capacity else np.zeros(0)
     return {
@@ -298,7 +302,7 @@ def utilization(history: History, occ: Occupancy | None, capacity: int | None,
         "allocated_mean": mean,
         "allocated_p50": float(np.median(allocated)) if allocated.size else 0.0,
         "allocated_max": float(allocated.max()) if allocated.size else 0.0,
-        "series": {"bin_s": options.utilization_bin_s, "t_s": series["t"],
+        "series": {"bin_s": bin_s, "t_s": series["t"],
                    "allocated": [float(a) for a in allocated]},
         "offered_load": _offered_load(history.workload.jobs, capacity) if capacity else None,
         "per_gpu_compute": per_gpu,

@@ -189,7 +189,7 @@ def _servers_free(events: list[tuple[float, int, str, tuple[Placement, ...]]], p
     hist = np.zeros(top + 1, dtype=np.int64)
     for g in free.values():
         hist[g] += 1
-    out = np.empty((top + 1, len(points) - 1), dtype=np.int64)
+    out = np.empty((top + 1, len(points) - 1), dtype=np.int64)  # [c, k]: servers with exactly c free
     overbooked = 0
     used: Counter[str] = Counter()
     i = 0
@@ -205,8 +205,9 @@ def _servers_free(events: list[tuple[float, int, str, tuple[Placement, ...]]], p
                 hist[before] -= 1
                 hist[after] += 1
             i += 1
-        out[:, k] = np.cumsum(hist[::-1])[::-1]
-    return out, overbooked
+        out[:, k] = hist
+    # Servers with exactly c free -> with at least c free: one cumulative sum over the whole table.
+    return np.cumsum(out[::-1], axis=0)[::-1], overbooked
 
 
 def _double_booked(history: History) -> int:

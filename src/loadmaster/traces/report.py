@@ -6,6 +6,7 @@ issue. It draws only what traces/analysis.py computed (the same dict `--json` pr
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from html import escape
 from typing import Any
@@ -14,6 +15,7 @@ from loadmaster.traces.stats import SIZE_BUCKETS
 from loadmaster.traces.svg import PALETTE, Axis, bar_chart, line_chart, scatter_chart
 
 MINUTE = 60.0
+MAX_SCATTER = 4000  # points drawn in the locality figure
 # One colour per job-size bucket and per delay class in every chart ("2-4 GPU" is blue wherever it is).
 _BUCKET_COLOURS = dict(zip([f"{b} GPU" for b in SIZE_BUCKETS], ("#999999", *PALETTE[2:3], *PALETTE[:2], PALETTE[3]),
                            strict=True))
@@ -203,7 +205,9 @@ def _locality(loc: Mapping[str, Any]) -> str:
     if not loc.get("available"):
         return _na(loc)
     series: dict[str, list[tuple[float, float]]] = {"5-8 GPU": [], ">8 GPU": []}
-    for delay, servers, gpus in loc["points"]:
+    points = loc["points"]
+    every = max(1, math.ceil(len(points) / MAX_SCATTER))  # a readable, light figure: --json has every point
+    for delay, servers, gpus in points[::every]:
         series["5-8 GPU" if gpus <= 8 else ">8 GPU"].append((delay / MINUTE, servers))
     hi_x = max((p[0] for ps in series.values() for p in ps), default=10.0)
     hi_y = max((p[1] for ps in series.values() for p in ps), default=1.0)
@@ -211,7 +215,8 @@ def _locality(loc: Mapping[str, Any]) -> str:
                         Axis(0.1, max(hi_x, 1.0), "queueing delay, minutes (log)", log=True),
                         Axis(0, hi_y + 1, "servers"), colours=[_BUCKET_COLOURS[k] for k in series])
     rows = [[n, loc["jobs_by_servers"][n], duration(d)] for n, d in loc["median_delay_s_by_servers"].items()]
-    return (_figs(fig) + f'<p class="note">{escape(loc["definition"])}.</p>'
+    drawn = "" if every == 1 else f" The figure draws every {every}th of the {len(points):,} jobs."
+    return (_figs(fig) + f'<p class="note">{escape(loc["definition"])}.{drawn}</p>'
             + _table(("servers", "jobs", "median queueing delay"), rows))
 
 
