@@ -124,6 +124,8 @@ def test_hand_trace_figures(hand: dict[str, Any]) -> None:
     rows = {r["outcome"]: r for r in hand["failures"]["rows"]}
     assert set(rows) == {"recovered", "terminal"}
     assert rows["terminal"]["trials"] == 1 and rows["terminal"]["rtf_s"]["p50"] == 60
+    assert rows["terminal"]["failed_within"] == {"1min": 1.0, "10min": 1.0, "60min": 1.0}
+    assert rows["recovered"]["failed_within"]["1min"] == 0.0  # J9's first attempt ran 100 s
     assert rows["terminal"]["gpu_hours"] == pytest.approx(120 / 3600)
     assert rows["recovered"]["rtf_s"]["p50"] == 100 and rows["recovered"]["users"] == 1
     assert hand["failures"]["category"]["available"] is False

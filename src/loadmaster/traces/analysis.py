@@ -375,6 +375,8 @@ def failures(specs: list[JobSpec]) -> dict[str, Any]:
             "jobs": len({s.job_id for s, _ in items}),
             "users": len({s.user for s, _ in items}),
             "rtf_s": {f"p{q}": float(np.percentile(rtfs, q)) for q in (50, 90, 95)},
+            # Philly's observation: most failures come early, before a retry could be worth much.
+            "failed_within": {f"{m}min": float((rtfs <= m * 60).mean()) for m in (1, 10, 60)},
             "gpu_demand_share": {b: sizes[b] / len(items) for b in SIZE_BUCKETS if sizes[b]},
             "gpu_hours": gpu_s / 3600,
             "gpu_time_share": gpu_s / total_gpu_s if total_gpu_s else 0.0,

@@ -250,11 +250,12 @@ def _failures(f: Mapping[str, Any]) -> str:
     if not f.get("available"):
         return _na(f)
     rows = [[r["label"], r["trials"], r["jobs"], r["users"], duration(r["rtf_s"]["p50"]), duration(r["rtf_s"]["p90"]),
-             duration(r["rtf_s"]["p95"]),
+             duration(r["rtf_s"]["p95"]), " / ".join(_pct(v) for v in r["failed_within"].values()),
              ", ".join(f"{b}: {_pct(v)}" for b, v in r["gpu_demand_share"].items()),
              f"{r['gpu_hours']:,.0f}", _pct(r["gpu_time_share"])] for r in f["rows"]]
     table = _table(("outcome", "trials", "jobs", "users", "RTF p50", "RTF p90", "RTF p95",
-                    "GPU demand (share of trials)", "GPU-hours", "share of all GPU time"), rows)
+                    "within 1 min / 10 min / 1 h", "GPU demand (share of trials)", "GPU-hours",
+                    "share of all GPU time"), rows)
     fig = _cdf_chart("Runtime to failure", {r["outcome"]: r["rtf_cdf"] for r in f["rows"]})
     return (table + '<p class="note">A trial is one attempt that did not pass; RTF is its runtime to failure.</p>'
             + _na(f["category"]) + _figs(fig))
