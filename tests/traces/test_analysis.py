@@ -255,3 +255,31 @@ def test_the_allocation_series_keeps_to_its_bin_budget(hand_history: History) ->
     series = a["utilization"]["series"]
     assert series["bin_s"] == 7200  # 6,500 s in at most one bin: two hours, clipped to the trace
     assert series["allocated"] == pytest.approx([HAND_GPU_S / (12 * HAND_END_S)])
+
+
+def test_alibaba_pods_have_start_times_but_no_servers(tmp_path: Path) -> None:
+    from loadmaster.traces import alibaba
+
+    path = tmp_path / "pods.csv"
+    path.write_text(",".join(alibaba.POD_COLUMNS) + "\n"
+                    "p1,8000,1024,1,1000,,LS,Succeeded,100,700,160\n"  # waits 60 s, runs 540 s
+                    "p2,8000,1024,2,1000,,BE,Failed,130,400,390\n"  # waits 260 s, fails after 10 s
+                    "p3,8000,1024,1,1000,,BE,Pending,150,,\n")  # never ran: skipped, as load() does
+    history = load_history(str(path))
+    assert history.times is Times.RECORDED and history.cluster_hint == "alibaba"
+    assert [j.spec for j in history.jobs] == alibaba.load(path).jobs
+    assert [(j.queue_delay_s, j.attempts[0].start_s, j.end_s) for j in history.jobs] == [(60, 60, 600),
+                                                                                       (260, 290, 300)]
+    a = analyze(history, hand_cluster())
+    assert a["queueing"]["by_size"]["1"]["p50"] == 60 and a["queueing"]["by_size"]["2-4"]["p50"] == 260
+    assert a["queueing"]["split"]["available"] is False and "which servers" in a["queueing"]["split"]["why"]
+    assert a["locality"]["available"] is False
+    # 1 GPU x 540 s + 2 GPUs x 10 s on 12 GPUs from the first submission (0) to the last end (600 s).
+    assert a["utilization"]["allocated_mean"] == pytest.approx(560 / (12 * 600))
+
+
+def test_the_alibaba_pod_list(alibaba_pods: Path) -> None:
+    a = analyze(load_history(str(alibaba_pods)), None)
+    assert a["queueing"]["overall"]["n"] == 7255
+    assert a["queueing"]["split"]["available"] is False
+    assert a["capacity_gpus"] is None and a["utilization"]["available"] is False  # no cluster, no servers named

@@ -54,7 +54,7 @@ def test_hand_trace_through_the_cli(hand_files: dict[str, Path], tmp_path: Path)
 def test_human_output_names_the_default_cluster_and_the_caveat(hand_files: dict[str, Path]) -> None:
     code, out = _run(str(hand_files["log"]))
     assert code == 0, out
-    assert "cluster: philly (the default for Philly job logs" in out
+    assert "cluster: philly (the default for this trace's format" in out
     assert "queueing delay by job size" in out
     # The hand trace holds a sliver of the 2,490-GPU Philly cluster: the split says it is a lower bound.
     assert "lower bounds" in " ".join(out.split())

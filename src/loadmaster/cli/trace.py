@@ -35,7 +35,7 @@ def analyze(
     as_json: Annotated[bool, typer.Option("--json", help="Print every number of the analysis as JSON.")] = False,
     html: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")] = None,
     cluster: Annotated[str | None, typer.Option("--cluster", help="The cluster the trace ran on (as for sim run); "
-                                                "default for Philly job logs: philly.")] = None,
+                                                "default: philly for Philly logs, alibaba for Alibaba.")] = None,
     quotas: Annotated[Path | None, typer.Option("--quotas", help="YAML quota file (VC shares); default: shares "
                                                 "in proportion to each VC's GPU time.")] = None,
     replay: Annotated[str | None, typer.Option("--replay", help="Simulate start times with POLICY[/PLACEMENT] "
@@ -50,7 +50,7 @@ def analyze(
     history = load_history(path, fmt)
     if not history.jobs:
         raise ValueError(f"{path}: the trace holds no jobs ({history.workload.report.summary()})")
-    spec = cluster or ("philly" if history.times is Times.RECORDED else None)
+    spec = cluster or history.cluster_hint
     machines = load_cluster(spec) if spec else None
     if replay is not None:
         if machines is None:
@@ -114,7 +114,7 @@ def _print_analysis(a: dict[str, Any], cluster_defaulted: bool) -> None:
     """The headline numbers; --json and --html have every figure."""
     _say(f"{a['source']}: {a['jobs']:,} jobs, {a['tenants']} VCs, {a['users']} users; start times {a['times']}")
     if cluster_defaulted and a["cluster"]:
-        _say(f"cluster: {a['cluster']['name']} (the default for Philly job logs; --cluster to change it)")
+        _say(f"cluster: {a['cluster']['name']} (the default for this trace's format; --cluster to change it)")
     sizes, mix = a["job_sizes"], a["status_mix"]
     table = Table(title="job sizes and final status")
     table.add_column("")

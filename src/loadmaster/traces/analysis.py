@@ -64,7 +64,8 @@ def analyze(history: History, cluster: Cluster | None, shares: Callable[[int], S
             return Shares(demand_shares(history.jobs, capacity), DEMAND_RULE)
     specs = history.workload.jobs
     occ = rebuild(history, cluster) if history.times is Times.RECORDED else None
-    capacity = occ.capacity if occ is not None else cluster.total_gpus if cluster is not None else None
+    # Without a cluster, a log that names no servers (Alibaba) leaves the capacity unknown.
+    capacity = (occ.capacity if occ is not None else cluster.total_gpus if cluster is not None else None) or None
     out = describe(history.workload)
     out.update({
         "times": history.times.value,
@@ -195,7 +196,10 @@ def _split(history: History, started: list[JobHistory], occ: Occupancy | None,
                   "preemption included")
         return {"available": True, "method": method, "classes": list(SIM_CLASSES),
                 **_tabulate(started, seconds, SIM_CLASSES, options)}
-    if occ is None:
+    if not any(j.last_placement for j in started):
+        return _unavailable("the trace records when jobs ran but not on which servers, so a wait for servers "
+                            "with room cannot be told from the others")
+    if occ is None or not occ.capacity:
         return _unavailable("needs the cluster the trace ran on: pass --cluster")
     vc_shares = shares(occ.capacity)
     split = split_delays(started, occ, vc_shares.gpus)
@@ -274,7 +278,7 @@ def locality(history: History) -> dict[str, Any]:
 def utilization(history: History, occ: Occupancy | None, capacity: int | None,
                 options: Options) -> dict[str, Any]:
     per_gpu = _unavailable(GPU_UTIL_UNAVAILABLE)
-    if occ is not None:
+    if occ is not None and capacity:
         t, busy = occ.t, occ.busy.astype(float)
         how = "GPUs held by the trace's recorded attempts, over the servers' capacity"
     elif history.busy_timeline is not None and len(history.busy_timeline[0]) >= 2 and capacity:

@@ -19,6 +19,9 @@ _LOADERS: dict[str, Callable[[Path], Workload]] = {
     "gavel-vc": lambda p: gavel.load(p, variant="gavel-vc"),
     "alibaba": alibaba.load,
 }
+# Formats that record when each job ran (the others give a History without times).
+_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": philly.load_history,
+                                                          "alibaba": alibaba.load_history}
 _SNIFF_BYTES = 4096
 
 
@@ -30,12 +33,11 @@ def load_workload(path: str, fmt: str = "auto") -> Workload:
 
 
 def load_history(path: str, fmt: str = "auto") -> History:
-    """Like load_workload, plus every attempt's times and machines where the format records them
-    (Philly); other formats give a History without times."""
+    """Like load_workload, plus when each job ran where the format records it (Philly: every attempt's
+    times and machines; Alibaba: each pod's run); other formats give a History without times."""
     file, fmt = resolve(path, fmt)
-    if fmt == "philly":
-        return philly.load_history(file)
-    return History.untimed(_LOADERS[fmt](file))
+    loader = _HISTORY_LOADERS.get(fmt)
+    return loader(file) if loader is not None else History.untimed(_LOADERS[fmt](file))
 
 
 def resolve(path: str, fmt: str = "auto") -> tuple[Path, str]:

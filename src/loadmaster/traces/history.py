@@ -89,6 +89,7 @@ class History:
     # Busy GPUs over time when the source gives them directly (a simulation's timeline): (times, busy).
     busy_timeline: tuple[list[float], list[int]] | None = None
     notes: list[str] = field(default_factory=list)
+    cluster_hint: str | None = None  # the named cluster (load_cluster) the trace comes from, if one is bundled
 
     def __post_init__(self) -> None:
         if len(self.jobs) != len(self.workload.jobs):

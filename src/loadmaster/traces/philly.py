@@ -93,7 +93,8 @@ def load_history(path: str | Path) -> History:
             for (s, e), placement in zip(j.times, j.placements, strict=True)
         )
         jobs.append(JobHistory.recorded(spec, attempts))
-    return History(workload, jobs, Times.RECORDED, f"attempt start and end times as logged in {path}")
+    return History(workload, jobs, Times.RECORDED, f"attempt start and end times as logged in {path}",
+                   cluster_hint="philly")
 
 
 def _read(path: str | Path) -> tuple[list[_Job], LoadReport, float]:
