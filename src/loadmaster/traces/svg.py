@@ -86,8 +86,7 @@ class _Canvas:
         return LEFT + self.x.frac(vx) * w, HEIGHT - BOTTOM - self.y.frac(vy) * h
 
     def axes(self, x_ticks: Sequence[tuple[float, str]] | None = None) -> None:
-        x0, y0 = self.px(self.x.lo, self.y.lo)
-        x1, y1 = self.px(self.x.hi, self.y.hi)
+        x0, y0, x1, y1 = LEFT, HEIGHT - BOTTOM, WIDTH - RIGHT, TOP  # the plot area (a log axis ends on a decade)
         for v, text in self.y.ticks():
             _, py = self.px(self.x.lo, v)
             self.parts.append(f'<line x1="{x0:.1f}" y1="{py:.1f}" x2="{x1:.1f}" y2="{py:.1f}" stroke="#ddd"/>')
