@@ -88,6 +88,8 @@ def test_replay_gives_the_simulators_start_times(tmp_path: Path) -> None:
     assert a["queueing"]["overall"]["n"] == len(delays)
     assert a["queueing"]["overall"]["max"] == pytest.approx(delays[-1], rel=1e-5)
     assert a["queueing"]["overall"]["mean"] == pytest.approx(sum(delays) / len(delays), rel=1e-5)
+    summary = json.loads((out / "summary.json").read_text())
+    assert a["utilization"]["allocated_mean"] == pytest.approx(summary["gpu_utilization"], rel=1e-3)
 
 
 @pytest.mark.parametrize(
