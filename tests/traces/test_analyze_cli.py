@@ -126,3 +126,10 @@ def test_the_installed_command_on_the_bundled_sample(tmp_path: Path) -> None:
     a = json.loads(proc.stdout)
     assert a["jobs"] == 600 and a["times"] == "recorded" and a["cluster"]["name"] == "philly"
     assert a["queueing"]["split"]["available"] and html.stat().st_size > 10_000
+
+
+@pytest.mark.parametrize("verb", ["analyze", "synth", "convert"])
+def test_help_renders(verb: str) -> None:
+    result = runner.invoke(app, ["trace", verb, "--help"])
+    assert result.exit_code == 0, result.output
+    assert "Usage" in result.output

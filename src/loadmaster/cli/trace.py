@@ -38,7 +38,7 @@ def analyze(
                                                 "default: philly for Philly logs, alibaba for Alibaba.")] = None,
     quotas: Annotated[Path | None, typer.Option("--quotas", help="YAML quota file (VC shares); default: shares "
                                                 "in proportion to each VC's GPU time.")] = None,
-    replay: Annotated[str | None, typer.Option("--replay", help="Simulate start times with POLICY[/PLACEMENT] "
+    replay: Annotated[str | None, typer.Option("--replay", help="Simulate start times with POLICY or POLICY/PLACEMENT "
                                                "on --cluster (for traces that record none).")] = None,
     min_delay: Annotated[float, typer.Option("--min-delay", min=0, help="Seconds of waiting that count a job "
                                              "as delayed in the fair-share/fragmentation table.")] = 60.0,
