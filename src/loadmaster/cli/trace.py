@@ -42,6 +42,8 @@ def analyze(
                                                "on --cluster (for traces that record none).")] = None,
     min_delay: Annotated[float, typer.Option("--min-delay", min=0, help="Seconds of waiting that count a job "
                                              "as delayed in the fair-share/fragmentation table.")] = 60.0,
+    gpu_util: Annotated[Path | None, typer.Option("--gpu-util", help="Philly's cluster_gpu_util log: per-GPU "
+                                                  "utilisation of each job (read once, streamed).")] = None,
 ) -> None:
     """The Philly characterisation of a trace: job sizes, runtimes, queueing delay and its causes,
     utilisation, failures, retries."""
@@ -56,7 +58,10 @@ def analyze(
         if machines is None:
             raise ValueError("--replay needs --cluster: the cluster to simulate the trace on")
         history = _replayed(history, machines, replay, quotas)
-    result = analysis.analyze(history, machines, _shares(quotas, history), analysis.Options(min_delay_s=min_delay))
+    if gpu_util is not None and not gpu_util.is_file():
+        raise ValueError(f"--gpu-util: no such file: {gpu_util}")
+    result = analysis.analyze(history, machines, _shares(quotas, history), analysis.Options(min_delay_s=min_delay),
+                              gpu_util)
     if html is not None:
         html.parent.mkdir(parents=True, exist_ok=True)
         html.write_text(report.render(result))

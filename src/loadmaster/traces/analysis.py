@@ -21,12 +21,14 @@ import math
 from collections import Counter, defaultdict
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import FinalStatus, JobSpec
+from loadmaster.traces.gpu_util import per_job_utilization
 from loadmaster.traces.history import History, JobHistory, Times
 from loadmaster.traces.occupancy import Occupancy, rebuild
 from loadmaster.traces.queueing import CLASSES, PHILLY_CLASSES, demand_shares, split_delays
@@ -35,7 +37,7 @@ from loadmaster.traces.stats import SIZE_BUCKETS, cdf, describe, size_bucket
 DEMAND_RULE = "each VC's share of the cluster in proportion to its GPU-time in the trace (no quota file given)"
 SIM_CLASSES: tuple[str, ...] = ("fair_share", "fragmentation", "capacity")  # the simulator's delay classes
 GPU_UTIL_UNAVAILABLE = ("per-GPU compute utilisation (the paper's figures 5-6) comes from nvidia-smi samples "
-                        "(Philly's cluster_gpu_util), which job logs do not hold")
+                        "(Philly's cluster_gpu_util), which job logs do not hold: pass --gpu-util FILE")
 
 
 @dataclass(frozen=True)
@@ -55,10 +57,11 @@ class Options:
 
 
 def analyze(history: History, cluster: Cluster | None, shares: Callable[[int], Shares] | None = None,
-            options: Options = Options()) -> dict[str, Any]:
+            options: Options = Options(), gpu_util: str | Path | None = None) -> dict[str, Any]:
     """The characterisation of one trace. `shares(capacity)` gives the VC shares for a cluster of that
     many GPUs (the capacity is only known once the occupancy is rebuilt); by default each VC's share is
-    proportional to its GPU-time demand in the trace."""
+    proportional to its GPU-time demand in the trace. gpu_util: Philly's cluster_gpu_util log, for the
+    per-GPU utilisation of each job."""
     if shares is None:
         def shares(capacity: int) -> Shares:
             return Shares(demand_shares(history.jobs, capacity), DEMAND_RULE)
@@ -78,7 +81,7 @@ def analyze(history: History, cluster: Cluster | None, shares: Callable[[int], S
         "runtime": runtime(history),
         "queueing": queueing(history, occ, shares, options),
         "locality": locality(history),
-        "utilization": utilization(history, occ, capacity, options),
+        "utilization": utilization(history, occ, capacity, options, gpu_util),
         "failures": failures(specs),
         "retries": retries(history),
         "notes": [*history.workload.report.notes, *history.notes, *(occ.notes if occ else [])],
@@ -275,9 +278,9 @@ def locality(history: History) -> dict[str, Any]:
 # ------------------------------------------------------------------------------------------ utilisation
 
 
-def utilization(history: History, occ: Occupancy | None, capacity: int | None,
-                options: Options) -> dict[str, Any]:
-    per_gpu = _unavailable(GPU_UTIL_UNAVAILABLE)
+def utilization(history: History, occ: Occupancy | None, capacity: int | None, options: Options,
+                gpu_util: str | Path | None = None) -> dict[str, Any]:
+    per_gpu = per_job_utilization(history, gpu_util) if gpu_util is not None else _unavailable(GPU_UTIL_UNAVAILABLE)
     if occ is not None and capacity:
         t, busy = occ.t, occ.busy.astype(float)
         how = "GPUs held by the trace's recorded attempts, over the servers' capacity"

@@ -90,6 +90,7 @@ class History:
     busy_timeline: tuple[list[float], list[int]] | None = None
     notes: list[str] = field(default_factory=list)
     cluster_hint: str | None = None  # the named cluster (load_cluster) the trace comes from, if one is bundled
+    origin_s: float | None = None  # time 0 on the log's own clock (seconds since 1970, naive), to join other logs
 
     def __post_init__(self) -> None:
         if len(self.jobs) != len(self.workload.jobs):

@@ -94,7 +94,7 @@ def load_history(path: str | Path) -> History:
         )
         jobs.append(JobHistory.recorded(spec, attempts))
     return History(workload, jobs, Times.RECORDED, f"attempt start and end times as logged in {path}",
-                   cluster_hint="philly")
+                   cluster_hint="philly", origin_s=t0)
 
 
 def _read(path: str | Path) -> tuple[list[_Job], LoadReport, float]:

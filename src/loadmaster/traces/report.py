@@ -242,8 +242,24 @@ def _utilization(u: Mapping[str, Any]) -> str:
         if u.get("offered_load") is not None:
             parts.append(f"<p>Offered load (GPU-time asked / GPU-time between first and last submission): "
                          f"{_pct(u['offered_load'])}.</p>")
-    parts.append(_na(u["per_gpu_compute"]))
+    parts.append(_per_gpu(u["per_gpu_compute"]))
     return "\n".join(parts)
+
+
+def _per_gpu(g: Mapping[str, Any]) -> str:
+    """The paper's figures 5-6 and table 3: GPU utilisation CDFs by size, per final status."""
+    if not g.get("available"):
+        return _na(g)
+    figs = []
+    for status, by_size in g["by_status"].items():
+        shown = {f"{b} GPU (n={c['n']:,})": [(v, f) for v, f in c["curve"]] for b, c in by_size.items() if c.get("n")}
+        figs.append(line_chart(f"GPU utilisation, {status} jobs", shown, Axis(0, 100, "utilisation (%)"),
+                               Axis(0, 1, "CDF of GPU-minutes", percent=True), step=True,
+                               colours=[_BUCKET_COLOURS[f"{b} GPU"] for b, c in by_size.items() if c.get("n")]))
+    rows = [[f"{n} GPU", f"{m:.1f}%"] for n, m in g["mean_by_gpus"].items()]
+    return (_figs(*figs) + _table(("job size", "mean GPU utilisation"), rows)
+            + f'<p class="note">{escape(g["definition"])}; {g["gpu_minutes"]:,} GPU-minutes from {g["log_rows"]:,} '
+              f"rows of {escape(g['source'])}.</p>")
 
 
 def _failures(f: Mapping[str, Any]) -> str:
