@@ -11,6 +11,7 @@ from typing import Any, NoReturn, TypeVar
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
 console = Console()
@@ -20,7 +21,7 @@ T = TypeVar("T")
 
 
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False)
+    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # "[...]" in a message is text
     raise typer.Exit(code)
 
 

@@ -2,15 +2,24 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
 import typer
+from rich.markup import escape
 from rich.table import Table
 
 from loadmaster.cli.common import console, guarded, print_json
-from loadmaster.traces import load_workload, write_csv
-from loadmaster.traces.stats import describe
+from loadmaster.core.cluster import Cluster
+from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.policies import POLICIES
+from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.metrics import delay_classes
+from loadmaster.sim.quotas import load_quota_file
+from loadmaster.traces import analysis, load_cluster, load_workload, report, write_csv
+from loadmaster.traces.formats import load_history
+from loadmaster.traces.history import History, JobHistory, Times
 from loadmaster.traces.synth import LIKES, synthesize
 
 app = typer.Typer(help="Workload traces: analyze, synthesize, convert.", no_args_is_help=True)
@@ -18,40 +27,144 @@ app = typer.Typer(help="Workload traces: analyze, synthesize, convert.", no_args
 FormatOpt = Annotated[str, typer.Option("--format", help="auto, canonical, philly, gavel, gavel-vc, alibaba.")]
 
 
-def _flat(prefix: str, value: Any, rows: list[tuple[str, str]]) -> None:
-    if isinstance(value, dict) and len(value) <= 12:
-        for k, v in value.items():
-            _flat(f"{prefix}.{k}" if prefix else str(k), v, rows)
-    elif isinstance(value, float):
-        rows.append((prefix, f"{value:,.3f}" if abs(value) < 100 else f"{value:,.0f}"))
-    else:
-        rows.append((prefix, str(value)))
-
-
 @app.command("analyze")
 @guarded
 def analyze(
     path: Annotated[str, typer.Argument(help="Trace file or folder, or sample:NAME.")],
     fmt: FormatOpt = "auto",
-    as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    as_json: Annotated[bool, typer.Option("--json", help="Print every number of the analysis as JSON.")] = False,
+    html: Annotated[Path | None, typer.Option("--html", help="Write a self-contained HTML report here.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="The cluster the trace ran on (as for sim run); "
+                                                "default: philly for Philly logs, alibaba for Alibaba.")] = None,
+    quotas: Annotated[Path | None, typer.Option("--quotas", help="YAML quota file (VC shares); default: shares "
+                                                "in proportion to each VC's GPU time.")] = None,
+    replay: Annotated[str | None, typer.Option("--replay", help="Simulate start times with POLICY or POLICY/PLACEMENT "
+                                               "on --cluster (for traces that record none).")] = None,
+    min_delay: Annotated[float, typer.Option("--min-delay", min=0, help="Seconds of waiting that count a job "
+                                             "as delayed in the fair-share/fragmentation table.")] = 60.0,
+    gpu_util: Annotated[Path | None, typer.Option("--gpu-util", help="Philly's cluster_gpu_util log: per-GPU "
+                                                  "utilisation of each job (read once, streamed).")] = None,
 ) -> None:
-    """Statistics of a workload: sizes, durations, arrivals, tenants, statuses, attempts."""
-    workload = load_workload(path, fmt)
-    stats = describe(workload)
+    """The Philly characterisation of a trace: job sizes, runtimes, queueing delay and its causes,
+    utilisation, failures, retries."""
+    if html is not None and html.is_dir():
+        raise ValueError(f"--html: {html} is a folder; give the report's file name, e.g. {html / 'report.html'}")
+    history = load_history(path, fmt)
+    if not history.jobs:
+        raise ValueError(f"{path}: the trace holds no jobs ({history.workload.report.summary()})")
+    spec = cluster or history.cluster_hint
+    machines = load_cluster(spec) if spec else None
+    if replay is not None:
+        if machines is None:
+            raise ValueError("--replay needs --cluster: the cluster to simulate the trace on")
+        history = _replayed(history, machines, replay, quotas)
+    if gpu_util is not None and not gpu_util.is_file():
+        raise ValueError(f"--gpu-util: no such file: {gpu_util}")
+    result = analysis.analyze(history, machines, _shares(quotas, history), analysis.Options(min_delay_s=min_delay),
+                              gpu_util)
+    if html is not None:
+        html.parent.mkdir(parents=True, exist_ok=True)
+        html.write_text(report.render(result))
     if as_json:
-        print_json(stats)
+        print_json(result)
         return
-    console.print(workload.report.summary(), highlight=False)
-    table = Table(title=f"workload {path}")
-    table.add_column("statistic")
-    table.add_column("value", justify="right")
-    rows: list[tuple[str, str]] = []
-    for k, v in stats.items():
-        if k not in ("source", "jobs_per_tenant"):
-            _flat(k, v, rows)
-    for k, v in rows:
-        table.add_row(k, v)
+    _print_analysis(result, cluster_defaulted=cluster is None and spec is not None)
+    if html is not None:
+        _say(f"wrote {html}")
+
+
+def _shares(quotas: Path | None, history: History) -> Callable[[int], analysis.Shares] | None:
+    if quotas is None:
+        return None
+    gpus = {t: float(q.gpus) for t, q in load_quota_file(quotas).items()}
+    missing = sorted(set(history.workload.tenants) - set(gpus))
+    if missing:
+        raise ValueError(f"--quotas {quotas}: no share for VC(s) {', '.join(missing[:5])}; add them under tenants:")
+    return lambda _capacity: analysis.Shares(gpus, f"from {quotas}")
+
+
+def _replayed(history: History, machines: Cluster, replay: str, quotas: Path | None) -> History:
+    """The trace run through the simulator: its start times, waits (by the scheduler's own reasons) and
+    busy GPUs stand in for those the trace does not record. Attempts replay as recorded (retry=trace)."""
+    policy, _, placement = replay.partition("/")
+    for name, known, what in ((policy, POLICIES, "policy"), (placement or "pack", PLACERS, "placement")):
+        if name not in known:
+            raise ValueError(f"--replay: unknown {what} {name!r}; give POLICY[/PLACEMENT] with POLICY one of "
+                             f"{', '.join(POLICIES)} and PLACEMENT one of {', '.join(PLACERS)}")
+    opts = RunOptions(policy=policy, placement=placement or "pack",
+                      quotas=load_quota_file(quotas) if quotas is not None else None)
+    run = simulate(history.workload, machines, opts)
+    records = {r.spec.job_id: r for r in run.result.records}
+    jobs = [
+        JobHistory(j.spec, first_start_s=records[j.spec.job_id].first_start_s,
+                   end_s=records[j.spec.job_id].finish_s, wait_split_s=delay_classes(records[j.spec.job_id]))
+        for j in history.jobs
+    ]
+    timeline = run.result.timeline
+    how = (f"simulated: {opts.policy}/{opts.placement} on {machines.name} ({machines.total_gpus} GPUs), attempts "
+           f"as the trace records them; runtimes as the simulator's performance model gives them")
+    return History(history.workload, jobs, Times.SIMULATED, how, (list(timeline.times), list(timeline.busy_gpus)),
+                   [f"start times simulated ({opts.policy}/{opts.placement}); the trace's own are not used"])
+
+
+def _say(text: str) -> None:
+    """Print plain text: names from a trace are not Rich markup."""
+    console.print(text, highlight=False, markup=False)
+
+
+_SHORT = {"fair_share": "fair-share", "fragmentation": "fragment.", "unexplained": "unexpl."}
+
+
+def _print_analysis(a: dict[str, Any], cluster_defaulted: bool) -> None:
+    """The headline numbers; --json and --html have every figure."""
+    _say(f"{a['source']}: {a['jobs']:,} jobs, {a['tenants']} VCs, {a['users']} users; start times {a['times']}")
+    if cluster_defaulted and a["cluster"]:
+        _say(f"cluster: {a['cluster']['name']} (the default for this trace's format; --cluster to change it)")
+    sizes, mix = a["job_sizes"], a["status_mix"]
+    table = Table(title="job sizes and final status")
+    table.add_column("")
+    for col in ("jobs", "share of jobs", "share of GPU time"):
+        table.add_column(col, justify="right")
+    for label, n, js, gs in [
+        *zip([f"{b} GPU" for b in sizes["buckets"]], sizes["jobs"], sizes["jobs_share"], sizes["gpu_time_share"],
+             strict=True),
+        *zip(mix["statuses"], mix["jobs"], mix["jobs_share"], mix["gpu_time_share"], strict=True),
+    ]:
+        table.add_row(label, f"{n:,}", f"{js:.1%}", f"{gs:.1%}")
     console.print(table)
+    _print_queueing(a["queueing"])
+    u, r = a["utilization"], a["retries"]
+    if u.get("available"):
+        _say(f"GPUs allocated: mean {u['allocated_mean']:.1%}, peak {u['allocated_max']:.1%} of "
+             f"{u['capacity_gpus']:,}")
+    _say(f"retries: {r['jobs_retried']:,} jobs ({r['jobs_retried_share']:.1%}) retried, {r['failed_attempts']:,} "
+         f"failed attempts holding {r['gpu_time_share_failed_attempts']:.1%} of GPU time")
+    for row in a["failures"]["rows"]:
+        _say(f"failures, {row['label']}: {row['trials']:,} trials, median runtime to failure "
+             f"{report.duration(row['rtf_s']['p50'])}, {row['gpu_time_share']:.1%} of GPU time")
+    for note in a["notes"]:
+        console.print(f"[dim]note: {escape(note)}[/]", highlight=False)
+
+
+def _print_queueing(q: dict[str, Any]) -> None:
+    if not q.get("available"):
+        _say(f"queueing delay: not available ({q['why']})")
+        return
+    split = q["split"]
+    classes = split.get("classes", []) if split.get("available") else []
+    table = Table(title="queueing delay by job size (GPUs), and what the waiting was for")
+    table.add_column("GPUs")
+    for col in ("jobs", "median", "p90", *(_SHORT.get(c, c) for c in classes)):
+        table.add_column(col, justify="right")
+    for b, c in q["by_size"].items():
+        shares = split["by_size"][b]["share_by_class"] if classes else {}
+        table.add_row(b, f"{c['n']:,}", report.duration(c["p50"]), report.duration(c["p90"]),
+                      *(f"{shares[k]:.1%}" for k in classes))
+    console.print(table)
+    if not split.get("available"):
+        _say(f"fair-share/fragmentation split: not available ({split['why']})")
+    elif split.get("caveat"):
+        console.print(f"[yellow]caveat:[/] {escape(split['caveat'])}", highlight=False)
 
 
 @app.command("synth")

@@ -4,6 +4,7 @@ Pod list mapping (times in seconds; docs/traces.md has the measured counts):
   name -> job_id, qos -> tenant, creation_time -> submit_time_s, deletion_time - scheduled_time ->
   duration_s, 1 learner of num_gpu GPUs, cpu_milli/1000 -> cpus, memory_mib/1024 -> mem_gb,
   pod_phase -> final_status (Succeeded/Running -> Pass, Failed -> Failed; Pending -> skipped)
+load_history() also keeps each pod's run, scheduled_time to deletion_time (for `trace analyze`).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from loadmaster.core.job import FinalStatus, JobSpec
 from loadmaster.core.workload import LoadReport, Workload
 from loadmaster.traces.clusters import racks_by_sku
 from loadmaster.traces.errors import TraceFormatError
+from loadmaster.traces.history import Attempt, History, JobHistory, Times
 
 POD_COLUMNS = (
     "name", "cpu_milli", "memory_mib", "num_gpu", "gpu_milli", "gpu_spec", "qos", "pod_phase",
@@ -35,6 +37,7 @@ class _Pod(NamedTuple):
     name: str
     tenant: str
     created: float
+    scheduled: float
     duration: float
     gpus: int
     cpus: float
@@ -55,6 +58,23 @@ class _Stats:
 
 def load(path: str | Path) -> Workload:
     """Read an openb_pod_list_*.csv. Pods that never ran are skipped and counted in the report."""
+    pods, report, t0 = _read(path)
+    return Workload([_to_spec(p, t0) for p in pods], report)
+
+
+def load_history(path: str | Path) -> History:
+    """The pods of load(), each with its one run (scheduled to deleted) on the same shifted clock. The pod
+    list does not say which node a pod ran on."""
+    pods, report, t0 = _read(path)
+    workload = Workload([_to_spec(p, t0) for p in pods], report)
+    runs = {p.name: Attempt(p.scheduled - t0, p.scheduled + p.duration - t0) for p in pods}
+    jobs = [JobHistory.recorded(spec, (runs[spec.job_id],)) for spec in workload.jobs]
+    return History(workload, jobs, Times.RECORDED, f"scheduled_time and deletion_time as logged in {path}",
+                   cluster_hint="alibaba")
+
+
+def _read(path: str | Path) -> tuple[list[_Pod], LoadReport, float]:
+    """Parse the pod list: the pods that ran, the report, and the earliest creation time."""
     name = str(path)
     report = LoadReport(source=name)
     stats = _Stats()
@@ -65,8 +85,7 @@ def load(path: str | Path) -> Workload:
         if pod is not None:
             pods.append(pod)
     _add_notes(report, stats)
-    t0 = min((p.created for p in pods), default=0.0)
-    return Workload([_to_spec(p, t0) for p in pods], report)
+    return pods, report, min((p.created for p in pods), default=0.0)
 
 
 def _records(path: str | Path, required: tuple[str, ...]) -> Iterator[tuple[int, dict[str, str]]]:
@@ -111,7 +130,7 @@ def _parse_pod(path: str, line: int, row: dict[str, str], report: LoadReport, st
     if phase == "Running":
         stats.running_ends.append(deleted)
     stats.gpu_spec += bool(row["gpu_spec"].strip())
-    return _Pod(row["name"].strip(), row["qos"].strip() or "default", float(created),
+    return _Pod(row["name"].strip(), row["qos"].strip() or "default", float(created), float(scheduled),
                 float(deleted - scheduled), gpus, cpus, mem_gb, PHASES[phase])
 
 

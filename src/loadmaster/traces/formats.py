@@ -8,6 +8,7 @@ from pathlib import Path
 from loadmaster.core.workload import Workload
 from loadmaster.traces import alibaba, canonical, gavel, philly, samples
 from loadmaster.traces.errors import TraceFormatError
+from loadmaster.traces.history import History
 
 FORMATS: tuple[str, ...] = ("canonical", "philly", "gavel", "gavel-vc", "alibaba")
 
@@ -18,24 +19,40 @@ _LOADERS: dict[str, Callable[[Path], Workload]] = {
     "gavel-vc": lambda p: gavel.load(p, variant="gavel-vc"),
     "alibaba": alibaba.load,
 }
+# Formats that record when each job ran (the others give a History without times).
+_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": philly.load_history,
+                                                          "alibaba": alibaba.load_history}
 _SNIFF_BYTES = 4096
 
 
 def load_workload(path: str, fmt: str = "auto") -> Workload:
     """Load a trace as a Workload. `path` is a file, a folder of Gavel per-VC traces, or sample:NAME;
     fmt is one of FORMATS or 'auto' (decided from the content)."""
-    if samples.is_sample(path):
-        try:
-            file, sample_fmt = samples.resolve(path)
-        except ValueError as exc:
-            raise TraceFormatError(path, None, None, str(exc)) from None
-        return _LOADERS[sample_fmt](file)
+    file, fmt = resolve(path, fmt)
+    return _LOADERS[fmt](file)
+
+
+def load_history(path: str, fmt: str = "auto") -> History:
+    """Like load_workload, plus when each job ran where the format records it (Philly: every attempt's
+    times and machines; Alibaba: each pod's run); other formats give a History without times."""
+    file, fmt = resolve(path, fmt)
+    loader = _HISTORY_LOADERS.get(fmt)
+    return loader(file) if loader is not None else History.untimed(_LOADERS[fmt](file))
+
+
+def resolve(path: str, fmt: str = "auto") -> tuple[Path, str]:
+    """The file to read and its format: a bundled sample's, the one asked for, or the detected one."""
     if fmt != "auto" and fmt not in FORMATS:
         raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; {_choices()}")
+    if samples.is_sample(path):
+        try:
+            return samples.resolve(path)
+        except ValueError as exc:
+            raise TraceFormatError(path, None, None, str(exc)) from None
     p = Path(path)
     if not p.exists():
         raise TraceFormatError(path, None, None, "no such file or folder")
-    return _LOADERS[detect_format(p) if fmt == "auto" else fmt](p)
+    return p, detect_format(p) if fmt == "auto" else fmt
 
 
 def _choices() -> str:

@@ -4,6 +4,7 @@ Job log mapping (docs/traces.md has the measured counts):
   jobid -> job_id, vc -> tenant, user -> user, status -> final_status, submitted_time -> submit_time_s
   last attempt end - start -> duration_s; each earlier attempt's end - start -> failed_attempts_s
   GPUs per machine in the last attempt that lists them (`detail`) -> learners x gpus_per_learner
+load_history() also keeps every attempt's start, end and machines (for `trace analyze`).
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from __future__ import annotations
 import csv
 import json
 import re
-from collections import Counter
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -21,6 +21,7 @@ from loadmaster.core.job import FinalStatus, JobSpec
 from loadmaster.core.workload import LoadReport, Workload
 from loadmaster.traces.clusters import default_cpus, default_mem_gb, racks_by_sku
 from loadmaster.traces.errors import TraceFormatError
+from loadmaster.traces.history import Attempt, History, JobHistory, Placement, Times
 
 STATUS = {"Pass": FinalStatus.PASS, "Failed": FinalStatus.FAILED, "Killed": FinalStatus.KILLED}
 _EPOCH = datetime(1970, 1, 1)
@@ -46,6 +47,8 @@ class _Job(NamedTuple):
     duration: float
     status: FinalStatus
     failed: tuple[float, ...]
+    times: tuple[_Times, ...]  # every attempt's (start, end), in the log's own clock
+    placements: tuple[tuple[Placement, ...], ...]  # every attempt's machines; () where detail is empty
 
 
 class _Context:
@@ -73,6 +76,29 @@ class _Context:
 
 def load(path: str | Path) -> Workload:
     """Read a Philly cluster_job_log (a JSON list of jobs). Skips are counted in the report."""
+    parsed, report, t0 = _read(path)
+    return Workload([_to_spec(j, t0) for j in parsed], report)
+
+
+def load_history(path: str | Path) -> History:
+    """The jobs of load(), plus every attempt's start, end and machines, on the same shifted clock."""
+    parsed, report, t0 = _read(path)
+    workload = Workload([_to_spec(j, t0) for j in parsed], report)
+    by_id = {j.job_id: j for j in parsed}
+    jobs = []
+    for spec in workload.jobs:
+        j = by_id[spec.job_id]
+        attempts = tuple(
+            Attempt(None if s is None else s - t0, None if e is None else e - t0, placement)
+            for (s, e), placement in zip(j.times, j.placements, strict=True)
+        )
+        jobs.append(JobHistory.recorded(spec, attempts))
+    return History(workload, jobs, Times.RECORDED, f"attempt start and end times as logged in {path}",
+                   cluster_hint="philly", origin_s=t0)
+
+
+def _read(path: str | Path) -> tuple[list[_Job], LoadReport, float]:
+    """Parse the log: the jobs that can be replayed, the report, and the earliest submit time."""
     name = str(path)
     text = Path(path).read_text()
     try:
@@ -90,8 +116,7 @@ def load(path: str | Path) -> Workload:
         if job is not None:
             parsed.append(job)
     _add_notes(ctx)
-    t0 = min((j.submit for j in parsed), default=0.0)
-    return Workload([_to_spec(j, t0) for j in parsed], ctx.report)
+    return parsed, ctx.report, min((j.submit for j in parsed), default=0.0)
 
 
 def _to_spec(j: _Job, t0: float) -> JobSpec:
@@ -137,8 +162,10 @@ def _parse_job(ctx: _Context, index: int, record: Any) -> _Job | None:
     times = [_attempt_times(ctx, index, record, a) for a in attempts]
     skip = _skip_reason(submit, times)
     shape = None
+    placements: tuple[tuple[Placement, ...], ...] = ()
     if skip is None:
-        shape = _shape(ctx, index, record, attempts)
+        placements = tuple(_placement(ctx, index, record, a.get("detail")) for a in attempts)
+        shape = _shape(ctx, placements)
         skip = SKIP_NO_DETAIL if shape is None else None
     if skip is not None:
         ctx.report.skip(skip)
@@ -156,6 +183,8 @@ def _parse_job(ctx: _Context, index: int, record: Any) -> _Job | None:
         duration=end - start,
         status=status,
         failed=tuple(_failed_runtime(ctx, s, e) for s, e in times[:-1]),
+        times=tuple(times),
+        placements=placements,
     )
 
 
@@ -206,31 +235,35 @@ def _time(ctx: _Context, index: int, record: Any, field: str, value: Any) -> flo
     return (moment - _EPOCH).total_seconds()
 
 
-def _shape(ctx: _Context, index: int, record: Any, attempts: list[Any]) -> tuple[int, int] | None:
+def _placement(ctx: _Context, index: int, record: Any, detail: Any) -> tuple[Placement, ...]:
+    """An attempt's `detail` as one Placement per machine. A machine may appear in several entries
+    (one per GPU): its GPUs are gathered, in the order listed."""
+    if not detail:
+        return ()
+    if not isinstance(detail, list):
+        raise ctx.error(index, record, "detail", "expected a list of {ip, gpus} objects")
+    per_machine: dict[str, list[str]] = {}
+    for entry in detail:
+        if not isinstance(entry, dict) or not isinstance(entry.get("gpus"), list):
+            raise ctx.error(index, record, "detail", "each entry needs 'ip' and a 'gpus' list")
+        per_machine.setdefault(str(entry.get("ip")), []).extend(str(g) for g in entry["gpus"])
+    return tuple(Placement(ip, tuple(gpus)) for ip, gpus in per_machine.items() if gpus)
+
+
+def _shape(ctx: _Context, placements: tuple[tuple[Placement, ...], ...]) -> tuple[int, int] | None:
     """(learners, gpus_per_learner) from the last attempt that lists machines.
 
     One learner per machine when every machine holds the same number of GPUs (the usual data-parallel
     layout); otherwise one learner per GPU, so the gang still asks for exactly the GPUs it held.
     """
-    detail = next((a.get("detail") for a in reversed(attempts) if a.get("detail")), None)
-    if detail is None:
+    last = next((p for p in reversed(placements) if p), None)
+    if last is None:
         return None
-    per_machine: Counter[str] = Counter()
-    if not isinstance(detail, list):
-        raise ctx.error(index, record, "detail", "expected a list of {ip, gpus} objects")
-    for entry in detail:
-        if not isinstance(entry, dict) or not isinstance(entry.get("gpus"), list):
-            raise ctx.error(index, record, "detail", "each entry needs 'ip' and a 'gpus' list")
-        # A machine may appear in several entries (one per GPU): add them up per machine.
-        per_machine[str(entry.get("ip"))] += len(entry["gpus"])
-    counts = set(per_machine.values())
-    total = sum(per_machine.values())
-    if total == 0:
-        return None
+    counts = {len(p.gpus) for p in last}
     if len(counts) == 1:
-        return len(per_machine), counts.pop()
+        return len(last), counts.pop()
     ctx.uneven += 1
-    return total, 1
+    return sum(len(p.gpus) for p in last), 1
 
 
 # --------------------------------------------------------------------------------------- machine list

@@ -1,21 +1,44 @@
-"""Descriptive statistics of a workload: what `loadmaster trace analyze` prints."""
+"""Descriptive statistics of a workload, and the summaries every figure of `trace analyze` is built from."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 
 from loadmaster.core.workload import Workload
 
+# Philly's job-size buckets (Jeon et al., ATC'19, figures 2-4), plus CPU-only jobs (Alibaba has them).
+SIZE_BUCKETS: tuple[str, ...] = ("0", "1", "2-4", "5-8", ">8")
+CDF_POINTS = 101  # a CDF curve is the value at every whole percentile
 
-def _quantiles(x: np.ndarray) -> dict[str, float]:
+
+def size_bucket(gpus: int) -> str:
+    if gpus <= 1:
+        return SIZE_BUCKETS[gpus if gpus >= 0 else 0]
+    return "2-4" if gpus <= 4 else "5-8" if gpus <= 8 else ">8"
+
+
+def quantiles(x: np.ndarray) -> dict[str, float]:
     if x.size == 0:
         return {}
     q = np.percentile(x, [10, 50, 90, 99])
     return {"mean": float(x.mean()), "p10": float(q[0]), "p50": float(q[1]), "p90": float(q[2]),
             "p99": float(q[3]), "max": float(x.max())}
+
+
+def cdf(values: Iterable[float]) -> dict[str, Any]:
+    """A distribution as numbers: count, summary quantiles, and `curve`, the value at each percentile
+    (curve[i] = (value, i / 100)), which is what the report plots."""
+    x = np.asarray(list(values), dtype=float)
+    if x.size == 0:
+        return {"n": 0}
+    fractions = np.linspace(0.0, 1.0, CDF_POINTS)
+    curve = np.quantile(x, fractions)
+    return {"n": int(x.size), **quantiles(x), "p95": float(np.percentile(x, 95)),
+            "curve": [[float(v), float(f)] for v, f in zip(curve, fractions, strict=True)]}
 
 
 def describe(workload: Workload) -> dict[str, Any]:
@@ -39,10 +62,10 @@ def describe(workload: Workload) -> dict[str, Any]:
         "jobs_per_tenant": dict(tenants.most_common()),
         "users": len({j.user for j in jobs}),
         "span_s": float(submit.max() - submit.min()) if submit.size else 0.0,
-        "gpus_per_job": _quantiles(gpus),
+        "gpus_per_job": quantiles(gpus),
         "gpus_per_job_share": {k: v / len(jobs) for k, v in sorted(gpu_buckets.items())} if jobs else {},
-        "duration_s": _quantiles(dur),
-        "interarrival_s": _quantiles(gaps),
+        "duration_s": quantiles(dur),
+        "interarrival_s": quantiles(gaps),
         "arrivals_by_hour_of_day": [hours.get(h, 0) for h in range(24)],
         "final_status": dict(Counter(j.final_status.value for j in jobs)),
         "attempts": dict(sorted(Counter(j.attempts for j in jobs).items())),
