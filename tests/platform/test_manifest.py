@@ -21,7 +21,7 @@ max_runtime_s: 3600
 data: file:///data/imagenet
 results: /tmp/results
 """)
-    assert m.gpus == 4 and m.argv == ("/bin/sh", "-c", "python train.py --epochs 3")
+    assert m.gpus == 4 and m.argv == ("bash", "-o", "pipefail", "-c", "python train.py --epochs 3")
     assert parse_manifest(m.model_dump(mode="json")) == m
 
 
