@@ -178,7 +178,8 @@ def _child_failed(code: int) -> str:
 
 _LIGHTNING_WORLD = ("ValueError: You set `devices=2` and `num_nodes=2` in Lightning, but the product (2 * 2) does "
                     "not match the world size (2).")
-_RENDEZVOUS_NOISE = "[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-a]:29500: Connection refused\n"
+_RENDEZVOUS_NOISE = ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-a]:29500: "
+                     "Connection refused\n")
 
 TORCH2 = [
     # torch 2.x prefixes a distributed process's traceback with its rank

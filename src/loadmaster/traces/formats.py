@@ -24,14 +24,14 @@ _SNIFF_BYTES = 4096
 def load_workload(path: str, fmt: str = "auto") -> Workload:
     """Load a trace as a Workload. `path` is a file, a folder of Gavel per-VC traces, or sample:NAME;
     fmt is one of FORMATS or 'auto' (decided from the content)."""
+    if fmt != "auto" and fmt not in FORMATS:  # checked first: a bundled sample must not hide a typo
+        raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; {_choices()}")
     if samples.is_sample(path):
         try:
             file, sample_fmt = samples.resolve(path)
         except ValueError as exc:
             raise TraceFormatError(path, None, None, str(exc)) from None
         return _LOADERS[sample_fmt](file)
-    if fmt != "auto" and fmt not in FORMATS:
-        raise TraceFormatError(path, None, None, f"unknown format {fmt!r}; {_choices()}")
     p = Path(path)
     if not p.exists():
         raise TraceFormatError(path, None, None, "no such file or folder")
