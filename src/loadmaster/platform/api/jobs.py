@@ -113,6 +113,7 @@ async def submit(request: Request, ctx: Ctx, who: Who,
 
 
 _ID_PREFIX = r"^[A-Za-z0-9-]{1,32}$"
+_CURSOR = r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?_[A-Za-z0-9-]{1,32}$"  # what cursor_of() writes
 
 
 def cursor_of(job: Job) -> str:
@@ -143,7 +144,7 @@ def list_jobs(
     tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    before: Annotated[str | None, Query(max_length=80, description="A page's `next_cursor`: the jobs after it "
+    before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR, description="A page's `next_cursor`: the jobs after it "
                                                                    "(keyset paging: each page costs its own "
                                                                    "rows).")] = None,
 ) -> JobList:
