@@ -211,9 +211,9 @@ def test_charts_grow_while_a_job_reports(page: WebDriver, platform: tuple[Platfo
     open_dashboard(page, p.url, p.tokens["gamma"])
     click(page, row_css(job_id) + " td:first-child")
 
-    def points(d: WebDriver) -> int:
-        found = d.find_elements(By.CSS_SELECTOR, '#metrics canvas[data-metric="loss"]')
-        return int(found[0].get_attribute("data-points")) if found else 0
+    def points(d: WebDriver) -> int:  # read in the page: the charts are redrawn as reports arrive
+        return int(d.execute_script("const c = document.querySelector('#metrics canvas[data-metric=loss]');"
+                                    "return c ? Number(c.dataset.points) : 0;"))
 
     seen = {wait_for(page, lambda d: points(d) or None, 30)}
     deadline = time.monotonic() + 30

@@ -144,9 +144,9 @@ def list_jobs(
     tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
-    before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR, description="A page's `next_cursor`: the jobs after it "
-                                                                   "(keyset paging: each page costs its own "
-                                                                   "rows).")] = None,
+    before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR,
+                                        description="A page's `next_cursor`: the jobs after it (keyset paging: "
+                                                    "each page costs its own rows).")] = None,
 ) -> JobList:
     q = select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
     if not who.is_admin:
