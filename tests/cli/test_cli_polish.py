@@ -9,7 +9,6 @@ import os
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -17,20 +16,10 @@ import pytest
 from typer.testing import CliRunner
 
 from loadmaster.cli.main import app
-from tests.platform.api_fixtures import Live, start_platform
+from tests.platform.api_fixtures import Live
 
 runner = CliRunner()
 ODD = "pattern [a-z]+ and [bold]x[/] :zzz:"  # markup a careless print would eat, an emoji code, a stray close tag
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    root = tmp_path_factory.mktemp("polish")
-    live = start_platform(f"sqlite:///{root / 'loadmaster.db'}", root / "data")
-    try:
-        yield live
-    finally:
-        live.platform.shutdown()
 
 
 @pytest.fixture(scope="module")

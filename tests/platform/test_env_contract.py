@@ -16,7 +16,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadmaster.platform.executors.base import LearnerExit, LearnerSpec
+from loadmaster.platform.executors.base import AttemptSpec, LearnerExit, LearnerSpec
 from loadmaster.platform.executors.envvars import learner_env, omp_threads, placements
 from loadmaster.platform.executors.local import LocalExecutor
 from loadmaster.platform.executors.procs import proc_state
@@ -169,13 +169,18 @@ def _gone(pid: int) -> bool:
     return state is None or state.exited
 
 
-def test_stop_reaches_workers_in_sessions_of_their_own_and_kills_them_after_the_grace(tmp_path: Path) -> None:
+def _launch_tree_learner(tmp_path: Path, mode: str) -> tuple[LocalExecutor, AttemptSpec, Path]:
+    """One learner running tree_learner.py MODE; the folder its processes mark themselves in."""
     marks = tmp_path / "marks"
     marks.mkdir()
-    spec = attempt_spec(tmp_path, command=(sys.executable, TREE_LEARNER, "launcher", str(marks)),
-                        gang=learners(("n0", ())))
+    spec = attempt_spec(tmp_path, command=(sys.executable, TREE_LEARNER, mode, str(marks)), gang=learners(("n0", ())))
     ex = LocalExecutor()
     ex.launch(spec)
+    return ex, spec, marks
+
+
+def test_stop_reaches_workers_in_sessions_of_their_own_and_kills_them_after_the_grace(tmp_path: Path) -> None:
+    ex, spec, marks = _launch_tree_learner(tmp_path, "launcher")
     wait_until(lambda: "ready" in log_text(spec, 0), what="the launcher's workers")
     workers = [_pid(marks, f"worker{i}") for i in range(2)]
     assert all(os.getsid(w) == w for w in workers)  # their own sessions: a group signal misses them
@@ -191,12 +196,7 @@ def test_stop_reaches_workers_in_sessions_of_their_own_and_kills_them_after_the_
 
 
 def test_an_orphan_that_left_the_group_dies_with_its_learner(tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
-    marks.mkdir()
-    spec = attempt_spec(tmp_path, command=(sys.executable, TREE_LEARNER, "orphan", str(marks)),
-                        gang=learners(("n0", ())))
-    ex = LocalExecutor()
-    ex.launch(spec)
+    ex, spec, marks = _launch_tree_learner(tmp_path, "orphan")
     ended, _ = wait_for_end(ex)
     assert ended.succeeded
     orphan = _pid(marks, "orphan")

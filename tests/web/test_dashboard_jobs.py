@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
+from selenium.webdriver.remote.webelement import WebElement
 from selenium.webdriver.support.ui import Select
 
 from loadmaster.core.job import JobStatus
@@ -76,13 +77,19 @@ def _wait_shown(driver: WebDriver, expected: list[str], what: str) -> None:
 # ---------------------------------------------------------------------------------------------------- submit
 
 
-def test_submit_form_names_each_bad_field_then_submits(page: WebDriver, platform: tuple[Platform, Path]) -> None:
-    p, _ = platform
-    open_dashboard(page, p.url, p.tokens["gamma"])
+def _open_form(page: WebDriver, url: str, token: str) -> WebElement:
+    """Sign in, unfold the submit form; its emptied manifest editor."""
+    open_dashboard(page, url, token)
     wait_for(page, lambda d: visible(d, "dashboard"))
     page.find_element(By.CSS_SELECTOR, "#submit-details summary").click()
-    editor = wait_for(page, lambda d: visible(d, "manifest"))
+    editor: WebElement = wait_for(page, lambda d: visible(d, "manifest"))
     editor.clear()
+    return editor
+
+
+def test_submit_form_names_each_bad_field_then_submits(page: WebDriver, platform: tuple[Platform, Path]) -> None:
+    p, _ = platform
+    editor = _open_form(page, p.url, p.tokens["gamma"])
     editor.send_keys("name: bad job\nresources: {gpus: -1}\ncommand: 'true'\nwrokdir: /tmp\n")
     page.find_element(By.ID, "submit-button").click()
     problems = wait_for(page, lambda d: {li.get_attribute("data-field"): li.text for li in
@@ -106,11 +113,7 @@ def test_submit_form_names_each_bad_field_then_submits(page: WebDriver, platform
 
 def test_the_admin_submits_for_a_tenant(page: WebDriver, platform: tuple[Platform, Path]) -> None:
     p, _ = platform
-    open_dashboard(page, p.url, p.admin)
-    wait_for(page, lambda d: visible(d, "dashboard"))
-    page.find_element(By.CSS_SELECTOR, "#submit-details summary").click()
-    editor = wait_for(page, lambda d: visible(d, "manifest"))
-    editor.clear()
+    editor = _open_form(page, p.url, p.admin)
     editor.send_keys("name: admins\nresources: {gpus: 0}\ncommand: 'true'\n")
     page.find_element(By.ID, "submit-button").click()
     problem = wait_for(page, lambda d: d.find_element(By.CSS_SELECTOR, '#submit-problems li[data-field="tenant"]'))
