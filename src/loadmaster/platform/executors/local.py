@@ -48,10 +48,9 @@ from loadmaster.platform.executors.spawn import (
     abort,
     await_started,
     final_exit_code,
-    signal_learner,
+    signal_learners,
     spawn_shim,
 )
-from loadmaster.platform.executors.tree import ProcessTable
 
 EXECUTOR_NAME = "local"
 _READ_CHUNK = 1 << 20
@@ -249,12 +248,8 @@ class LocalExecutor:
 
 
 def _signal_alive(att: _Attempt, signum: int) -> None:
-    """Signal the whole process tree of every learner still alive (one /proc scan for them all)."""
-    alive = att.gang.alive
-    if alive:
-        table = ProcessTable.scan()
-        for rank in alive:
-            signal_learner(att.learners[rank].record, signum, table)
+    """Signal the whole process tree of every learner still alive."""
+    signal_learners([att.learners[rank].record for rank in att.gang.alive], signum)
 
 
 def _prepare_files(spec: AttemptSpec) -> AttemptFiles:

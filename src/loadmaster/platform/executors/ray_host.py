@@ -28,7 +28,7 @@ from loadmaster.platform.executors.spawn import (
     abort,
     await_started,
     final_exit_code,
-    signal_learner,
+    signal_learners,
     spawn_shim,
 )
 from loadmaster.runtime import env as contract
@@ -100,11 +100,11 @@ class LearnerHost:
         """Publish the stop request (the preempt file), then SIGTERM the learner's tree if asked."""
         write_atomic(self.files.preempt, preempt)
         if signal_now and self.record is not None:
-            signal_learner(self.record, signal.SIGTERM)
+            signal_learners([self.record], signal.SIGTERM)
 
     def kill(self) -> None:
         if self.record is not None:
-            signal_learner(self.record, signal.SIGKILL)
+            signal_learners([self.record], signal.SIGKILL)
 
     def cleanup(self) -> None:
         """The server has copied everything: remove this learner's scratch files (and the attempt's
@@ -123,4 +123,7 @@ def kill_orphan(job_id: str, attempt: int, rank: int, scratch_root: str | None =
     root = scratch_dir(scratch_root, job_id, attempt)
     files = AttemptFiles(root / "logs", root / "reports")
     record = ShimRecord.from_dict(read_json(files.pid(rank)))
-    return record is not None and signal_learner(record, signal.SIGKILL)
+    if record is None or not is_running(record.pid, record.start):
+        return False
+    signal_learners([record], signal.SIGKILL)
+    return True

@@ -80,9 +80,10 @@ class _Forwarder:
 
 
 def _signal_all(pgid: int, signum: int) -> None:
+    """The learner's group at once, then the rest of our tree (each process once: tree.signal_trees)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
-    send(ProcessTable.scan().descendants(os.getpid()), signum)
+    send(ProcessTable.scan().outside_group(os.getpid(), pgid), signum)
 
 
 def _wait_for_leader(leader: int) -> None:

@@ -15,7 +15,7 @@ import ctypes
 import os
 import signal
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,13 +38,15 @@ def become_subreaper() -> bool:
 
 @dataclass(frozen=True, slots=True)
 class ProcessTable:
-    """One scan of /proc: each live (not zombie) process's parent."""
+    """One scan of /proc: the live (not zombie) processes' children, and their process groups."""
 
     children: dict[int, tuple[int, ...]]
+    groups: dict[int, int]  # pid -> process group id
 
     @staticmethod
     def scan() -> ProcessTable:
         kids: dict[int, list[int]] = {}
+        groups: dict[int, int] = {}
         if _PROC.is_dir():
             for entry in _PROC.iterdir():
                 if not entry.name.isdigit():
@@ -56,7 +58,8 @@ class ProcessTable:
                 if fields[0] in ("Z", "X"):
                     continue
                 kids.setdefault(int(fields[1]), []).append(int(entry.name))
-        return ProcessTable({ppid: tuple(pids) for ppid, pids in kids.items()})
+                groups[int(entry.name)] = int(fields[2])
+        return ProcessTable({ppid: tuple(pids) for ppid, pids in kids.items()}, groups)
 
     def descendants(self, pid: int) -> list[int]:
         """Every live process below `pid`, parents before their children."""
@@ -69,6 +72,10 @@ class ProcessTable:
                 frontier.append(child)
         return out
 
+    def outside_group(self, pid: int, pgid: int) -> list[int]:
+        """The descendants of `pid` that a signal to process group `pgid` does not reach."""
+        return [p for p in self.descendants(pid) if self.groups.get(p) != pgid]
+
 
 def send(pids: Iterable[int], signum: int) -> int:
     """Signal each pid that still exists; how many were signalled."""
@@ -80,17 +87,21 @@ def send(pids: Iterable[int], signum: int) -> int:
     return sent
 
 
-def signal_tree(leader: tuple[int, str], shim: tuple[int, str], signum: int,
-                table: ProcessTable | None = None) -> bool:
-    """Send `signum` to the learner's process group and to every descendant of its shim (the learner's
-    whole tree, adopted orphans and other sessions included). A shim that no longer runs (by pid and start
-    token) has killed what was left itself, so then only the group is signalled, and only if its leader
-    still runs. True if anything was signalled."""
-    signalled = signal_group(leader[0], leader[1], signum)
-    if is_running(*shim):
-        table = ProcessTable.scan() if table is None else table
-        signalled = send(table.descendants(shim[0]), signum) > 0 or signalled
-    return signalled
+def signal_trees(learners: Sequence[tuple[tuple[int, str], tuple[int, str]]], signum: int) -> None:
+    """Send `signum` to the whole process tree of each (leader, shim) given by (pid, start token): first to
+    each leader's process group at once (the usual tree: a learner that polls its preempt file must get
+    SIGTERM as soon after it as before), then, after one /proc scan for them all, to the descendants of each
+    shim that the group signal missed (sessions of their own, adopted orphans). Each process is signalled
+    once: a second SIGTERM could reach a learner already exiting after the first, when Python has put the
+    default action back, and kill it. A shim that no longer runs has killed what was left itself, so then
+    only the group is signalled, and only if its leader still runs."""
+    for leader, _ in learners:
+        signal_group(leader[0], leader[1], signum)
+    running = [(leader, shim) for leader, shim in learners if is_running(*shim)]
+    if running:
+        table = ProcessTable.scan()
+        for leader, shim in running:
+            send(table.outside_group(shim[0], leader[0]), signum)
 
 
 def kill_descendants(pid: int) -> list[int]:
