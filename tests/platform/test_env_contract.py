@@ -191,6 +191,8 @@ def test_stop_reaches_workers_in_sessions_of_their_own_and_kills_them_after_the_
     assert ended.stopped and ended.exits == (LearnerExit(0, -signal.SIGKILL),)
     for name in ("launcher", "worker0", "worker1"):
         assert (marks / f"term-{name}").exists(), f"SIGTERM did not reach {name}"
+        # once: a second SIGTERM can kill a Python learner that is exiting after the first
+        assert len((marks / f"term-{name}").read_text().splitlines()) == 1, name
     assert all(_gone(w) for w in workers)
     assert processes_of(spec.job_id) == []
 

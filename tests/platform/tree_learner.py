@@ -2,8 +2,8 @@
 
 `python tree_learner.py MODE DIR`:
   launcher   start two workers in sessions of their own (as torchrun does) and wait for them; every process
-             writes DIR/pid-NAME, and DIR/term-NAME when SIGTERM reaches it, then keeps running (a worker that
-             needs the grace period to checkpoint); prints "ready" once every pid file is there
+             writes DIR/pid-NAME, and a line to DIR/term-NAME each time SIGTERM reaches it, then keeps running
+             (a worker that needs the grace period to checkpoint); prints "ready" once every pid file is there
   orphan     start one worker in a session of its own that ignores SIGTERM, and exit 0 at once (its worker is
              orphaned: it left the learner's process group)
   worker     (internal) the workers above
@@ -26,7 +26,8 @@ def mark(directory: Path, name: str, what: str) -> None:
 
 def arm(directory: Path, name: str, ignore: bool) -> None:
     def on_term(signum: int, frame: FrameType | None) -> None:
-        mark(directory, name, "term")
+        with (directory / f"term-{name}").open("a") as f:  # one line per SIGTERM received
+            f.write(f"{os.getpid()}\n")
 
     signal.signal(signal.SIGTERM, signal.SIG_IGN if ignore else on_term)
     mark(directory, name, "pid")
