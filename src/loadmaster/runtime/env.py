@@ -23,10 +23,6 @@ MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"
 
-# Set for every learner unless the manifest's env says otherwise.
-OMP_NUM_THREADS = "OMP_NUM_THREADS"  # the learner's CPUs (whole, at least 1): no oversubscription
-PYTHONUNBUFFERED = "PYTHONUNBUFFERED"  # a stopped attempt's last lines reach its log
-
 # loadmaster's own
 JOB_ID = "LOADMASTER_JOB_ID"
 ATTEMPT = "LOADMASTER_ATTEMPT"  # 1 for the first attempt; a resume after preemption is a new attempt

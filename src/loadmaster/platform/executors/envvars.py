@@ -22,6 +22,9 @@ from loadmaster.runtime import env as contract
 # would mislead the learner, and the server's own settings (LOADMASTER_DB_URL...) are not its business.
 _OWN_PREFIX = "LOADMASTER_"
 ROLE = "default"  # torchrun's role name when none is given; loadmaster's learners all have the one role
+# Set for every learner unless the manifest's env says otherwise (defaults, not part of the runtime contract):
+OMP_NUM_THREADS = "OMP_NUM_THREADS"  # the learner's CPUs (whole, at least 1): no oversubscription
+PYTHONUNBUFFERED = "PYTHONUNBUFFERED"  # a stopped attempt's last lines reach its log
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,7 +71,7 @@ def learner_env(
 ) -> dict[str, str]:
     """The variables to set for `learner` (the host's environment is added under them, by child_env).
     `cuda_visible_devices` is place.visible_gpus as the executor names them on the learner's machine."""
-    env = {contract.OMP_NUM_THREADS: str(omp_threads(learner.cpus)), contract.PYTHONUNBUFFERED: "1"}
+    env = {OMP_NUM_THREADS: str(omp_threads(learner.cpus)), PYTHONUNBUFFERED: "1"}
     env.update(spec.env)  # the manifest may choose its own threads or buffering; nothing of the below
     world = str(len(spec.learners))
     env.update({
