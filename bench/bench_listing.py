@@ -19,15 +19,13 @@ import statistics
 import tempfile
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from sqlalchemy import insert
 
 from common import print_table, write_results
-from platform_server import Server
+from platform_server import Server, fresh_database
 
 NAMES = ("resnet", "bert-base", "gpt-small", "vit")
 PAGE = 50
@@ -64,24 +62,6 @@ def fill(url: str, jobs: int) -> str:
         store.close()
 
 
-@contextmanager
-def database(base: str | None, root: Path) -> Iterator[str]:
-    if base is None:
-        yield f"sqlite:///{root / 'listing.db'}"
-        return
-    import psycopg
-
-    name = f"lm_bench_{uuid.uuid4().hex[:10]}"
-    admin_url = base.replace("postgresql+psycopg://", "postgresql://")
-    with psycopg.connect(admin_url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{name}"')
-    try:
-        yield f"{admin_url.rsplit('/', 1)[0]}/{name}"
-    finally:
-        with psycopg.connect(admin_url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-
-
 def median_ms(call: Any, repeat: int) -> float:
     call()  # warm: the first request of a kind pays for plans and caches
     times = []
@@ -93,7 +73,8 @@ def median_ms(call: Any, repeat: int) -> float:
 
 
 def run(jobs: int, db: str | None, repeat: int) -> dict[str, Any]:
-    with tempfile.TemporaryDirectory(prefix="lm-bench-listing-") as tmp, database(db, Path(tmp)) as url:
+    with tempfile.TemporaryDirectory(prefix="lm-bench-listing-") as tmp, fresh_database(db) as fresh:
+        url = fresh or f"sqlite:///{Path(tmp) / 'listing.db'}"  # filled here before the server starts
         t = time.perf_counter()
         token = fill(url, jobs)
         fill_s = time.perf_counter() - t
