@@ -27,15 +27,13 @@ import statistics
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import httpx
 
 from common import print_table, write_results
-from platform_server import Server, cpu_s
+from platform_server import Server, cpu_s, fresh_database
 
 MANIFEST = {"name": "bench", "command": ["python", "train.py"], "resources": {"gpus": 1, "cpus": 0.5,
                                                                                "memory_gb": 0.5}}
@@ -73,29 +71,9 @@ async def _round(url: str, token: str, clients: int, jobs: int, server_pid: int)
             "load_avg_1m": load}
 
 
-@contextmanager
-def _fresh_database(url: str | None) -> Iterator[str | None]:
-    """SQLite: None (the server's default file in its fresh data directory). PostgreSQL: a new database beside
-    the one named in the URL, dropped afterwards, so that every row starts with an empty store."""
-    if url is None:
-        yield None
-        return
-    import psycopg
-
-    base, name = url.rsplit("/", 1)
-    fresh = f"{name}_bench_{os.getpid()}"
-    with psycopg.connect(url, autocommit=True) as admin:
-        admin.execute(f'CREATE DATABASE "{fresh}"')
-    try:
-        yield f"{base}/{fresh}"
-    finally:
-        with psycopg.connect(url, autocommit=True) as admin:
-            admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
-
-
 def _measure(clients: int, jobs: int, db_url: str | None) -> dict[str, Any]:
     """One row, on a fresh server and store: its queue grows from empty to `jobs` while they arrive."""
-    with tempfile.TemporaryDirectory() as tmp, _fresh_database(db_url) as db:
+    with tempfile.TemporaryDirectory() as tmp, fresh_database(db_url) as db:
         server = Server(Path(tmp), "--nodes", "1x1", db=db)
         try:
             token = server.tenant("bench", gpus=1)

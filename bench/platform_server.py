@@ -8,6 +8,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -89,3 +91,23 @@ class Server:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             return self.proc.wait()
+
+
+@contextmanager
+def fresh_database(url: str | None) -> Iterator[str | None]:
+    """SQLite: None (the server's default file in its fresh data directory). PostgreSQL: a new database beside
+    the one named in the URL, dropped afterwards, so that every row starts with an empty store."""
+    if url is None:
+        yield None
+        return
+    import psycopg
+
+    base, name = url.rsplit("/", 1)
+    fresh = f"{name}_bench_{os.getpid()}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{fresh}"')
+    try:
+        yield f"{base}/{fresh}"
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')

@@ -5,27 +5,15 @@ from __future__ import annotations
 
 import json
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-import pytest
 from typer.testing import CliRunner
 
 from loadmaster.cli.main import app
-from tests.platform.api_fixtures import ADMIN_SECRET, Live, start_platform
+from tests.platform.api_fixtures import ADMIN_SECRET, Live
 
 runner = CliRunner()
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Live]:
-    root = tmp_path_factory.mktemp("cli")
-    live = start_platform(f"sqlite:///{root / 'loadmaster.db'}", root / "data")
-    try:
-        yield live
-    finally:
-        live.platform.shutdown()
 
 
 def run(live: Live | None, *args: str, token: str | None = None, admin: bool = False,

@@ -138,3 +138,91 @@ def test_read_tail_reads_only_the_end(tmp_path: Path) -> None:
     tail = read_tail(log, 1000)
     assert len(tail) <= 1000 and tail.endswith("MemoryError\n")
     assert read_tail(tmp_path / "missing.log") == ""
+
+
+# --------------------------------------------------------------------------- torch 2.x, torchrun and Lightning
+
+
+def _ranked(rank: int, text: str) -> str:
+    """A traceback as torch 2.x prints it once a process group exists: every line prefixed `[rankN]: `."""
+    return "".join(f"[rank{rank}]: {line}\n" if line else "\n" for line in text.splitlines())
+
+
+_CHILD_FAILED = """Traceback (most recent call last):
+  File "/venv/bin/torchrun", line 8, in <module>
+    sys.exit(main())
+torch.distributed.elastic.multiprocessing.errors.ChildFailedError:
+============================================================
+train.py FAILED
+------------------------------------------------------------
+Failures:
+  <NO_OTHER_FAILURES>
+------------------------------------------------------------
+Root Cause (first observed failure):
+[0]:
+  time      : 2026-01-01_10:00:00
+  host      : node-a
+  rank      : 1 (local_rank: 1)
+  exitcode  : {code} (pid: 4242) {signal}
+  error_file: <N/A>
+  traceback : {message}
+============================================================
+"""
+
+
+def _child_failed(code: int) -> str:
+    signal = "SIGKILL" if code == -9 else ("SIGSEGV" if code == -11 else "")
+    message = f"Signal {-code} ({signal}) received by PID 4242" if code < 0 else "To enable traceback see: ..."
+    return _CHILD_FAILED.format(code=code, signal=signal, message=message)
+
+
+_LIGHTNING_WORLD = ("ValueError: You set `devices=2` and `num_nodes=2` in Lightning, but the product (2 * 2) does "
+                    "not match the world size (2).")
+_RENDEZVOUS_NOISE = ("[W socket.cpp:663] [c10d] The client socket has failed to connect to [node-a]:29500: "
+                     "Connection refused\n")
+
+TORCH2 = [
+    # torch 2.x prefixes a distributed process's traceback with its rank
+    (_ranked(1, _tb("ModuleNotFoundError: No module named 'apex'")), C.IMPORT_ERROR),
+    (_ranked(0, _tb("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB")), C.GPU_OOM),
+    (_ranked(3, _tb("RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error")), C.MPI_RUNTIME),
+    (_ranked(2, _tb("KeyError: 'label'")), C.TRACEBACK),
+    ("[rank0]:[E ProcessGroupNCCL.cpp:563] [Rank 0] Watchdog caught collective operation timeout\n", C.MPI_RUNTIME),
+    # torchrun --tee 3: each worker line prefixed with role and local rank
+    ("".join(f"[default1]:{line}\n" for line in _tb("SyntaxError: invalid syntax").splitlines()), C.SYNTAX_ERROR),
+    # Lightning's check of devices x num_nodes against the world the platform gave: the script's setup, not the
+    # network, even where the rendezvous' retries logged "Connection refused" before it
+    (_RENDEZVOUS_NOISE + _ranked(0, _tb(_LIGHTNING_WORLD)), C.INCORRECT_INPUT),
+    (_tb(_LIGHTNING_WORLD), C.INCORRECT_INPUT),
+    (_tb("lightning.fabric.utilities.exceptions.MisconfigurationException: `Trainer(strategy='ddp')` needs "
+         "num_nodes > 0"), C.INCORRECT_INPUT),
+    (_tb("ValueError: Error initializing torch.distributed using env:// rendezvous: environment variable RANK "
+         "expected, but not set"), C.INCORRECT_INPUT),
+    # torchrun's ChildFailedError only says a worker failed: the worker's own error (earlier) is the cause
+    (_ranked(1, _tb("FileNotFoundError: [Errno 2] No such file or directory: 'data.csv'")) + _child_failed(1),
+     C.INCORRECT_INPUT),
+    (_RENDEZVOUS_NOISE + _ranked(1, _tb(_LIGHTNING_WORLD)) + _child_failed(1), C.INCORRECT_INPUT),
+    # a worker killed by a signal leaves no traceback of its own: torchrun's root-cause exit code tells
+    (_child_failed(-11), C.INVALID_MEMORY_ACCESS),
+    (_child_failed(-9), C.INFRASTRUCTURE),
+    (_child_failed(-6), C.CORE_DUMP),
+]
+
+
+@pytest.mark.parametrize(("log", "category"), TORCH2, ids=[c.value + f"-{i}" for i, (_, c) in enumerate(TORCH2)])
+def test_torch2_torchrun_and_lightning_failures(log: str, category: C) -> None:
+    found = classify(_ended(1, first=0), log)
+    assert found.category is category, found
+
+
+def test_a_lightning_world_mismatch_is_not_retried() -> None:
+    found = classify(_ended(1, -15, first=0), _RENDEZVOUS_NOISE + _ranked(0, _tb(_LIGHTNING_WORLD)))
+    assert found.category.deterministic
+    assert not decide_retry(RetryPolicy.CLASSIFIED, found.category, 1, 3).retry
+    assert "world size" in found.evidence and "[rank0]" not in found.evidence
+
+
+def test_a_workers_line_prefix_is_not_taken_for_a_real_message() -> None:
+    # only launchers' prefixes are taken off: a line that merely starts with a bracket keeps its words
+    found = classify_log("[config] lr=0.1\n[data] ok\nSegmentation fault\n")
+    assert found is not None and found.category is C.INVALID_MEMORY_ACCESS

@@ -21,7 +21,7 @@ max_runtime_s: 3600
 data: file:///data/imagenet
 results: /tmp/results
 """)
-    assert m.gpus == 4 and m.argv == ("/bin/sh", "-c", "python train.py --epochs 3")
+    assert m.gpus == 4 and m.argv == ("bash", "-o", "pipefail", "-c", "python train.py --epochs 3")
     assert parse_manifest(m.model_dump(mode="json")) == m
 
 
@@ -33,6 +33,11 @@ results: /tmp/results
     ({"name": "x", "command": "true", "resources": {"gpus": 10**9}}, "resources.gpus", "less than or equal"),
     ({"name": "x", "command": "true", "learners": 0}, "learners", "greater than or equal to 1"),
     ({"name": "x", "command": "true", "env": {"RANK": "3"}}, "env", "set by loadmaster"),
+    ({"name": "x", "command": "true", "env": {"NODE_RANK": "1"}}, "env.NODE_RANK", "set by loadmaster"),
+    ({"name": "x", "command": "true", "env": {"GROUP_RANK": "1"}}, "env.GROUP_RANK", "torchrun"),
+    ({"name": "x", "command": "true", "stop_grace_s": -1}, "stop_grace_s", "greater than or equal to 0"),
+    ({"name": "x", "command": "true", "stop_grace_s": 601}, "stop_grace_s", "less than or equal to 600"),
+    ({"name": "x", "command": "true", "stop_grace_s": "soon"}, "stop_grace_s", "valid number"),
     ({"name": "x y", "command": "true"}, "name", "letters, digits"),
     ({"name": "x", "command": "true", "learners": 5, "elastic": {"min_learners": 1, "max_learners": 4}}, "",
      "must lie between"),
@@ -50,3 +55,17 @@ def test_text_that_is_not_yaml_says_where() -> None:
         load_manifest_text("name: x\ncommand: [unclosed\n")
     with pytest.raises(ManifestError, match="mapping of fields"):
         load_manifest_text("- a list")
+
+
+def test_stop_grace_s_is_optional_and_kept() -> None:
+    assert parse_manifest({"name": "x", "command": "true"}).stop_grace_s is None
+    assert parse_manifest({"name": "x", "command": "true", "stop_grace_s": 0}).stop_grace_s == 0
+    assert parse_manifest({"name": "x", "command": "true", "stop_grace_s": 90.5}).stop_grace_s == 90.5
+
+
+def test_a_stored_manifest_with_a_name_reserved_since_node_groups_stays_readable() -> None:
+    from loadmaster.platform.manifest import JobManifest
+
+    # the control loop re-validates stored manifests with the model alone
+    assert JobManifest.model_validate({"name": "x", "command": "true", "env": {"NODE_RANK": "1"}}).env == {
+        "NODE_RANK": "1"}

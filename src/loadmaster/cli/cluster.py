@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from loadmaster.cli.common import console, print_json
-from loadmaster.cli.remote import client, remote
+from loadmaster.cli.common import add_row, console, esc, print_json
+from loadmaster.cli.remote import client, id_column, remote
 
 
 @remote
@@ -18,22 +18,22 @@ def cluster(as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")]
     if as_json:
         print_json(c)
         return
-    console.print(f"[bold]{c['name']}[/]: {c['description']}; GPUs {c['gpus_used']} used, {c['gpus_free']} free "
-                  f"of {c['total_gpus']}", highlight=False)
+    console.print(f"[bold]{esc(c['name'])}[/]: {esc(c['description'])}; GPUs {c['gpus_used']} used, "
+                  f"{c['gpus_free']} free of {c['total_gpus']}", highlight=False)
     nodes = Table(title="nodes")
     for col in ("node", "type", "rack", "GPUs used/total", "CPUs used/total", "memory GB used/total", "jobs"):
         nodes.add_column(col)
     for n in c["nodes"]:
-        nodes.add_row(n["name"], n["gpu_type"], n["rack"], f"{n['gpus_used']}/{n['gpus']}",
-                      f"{n['cpus_used']:g}/{n['cpus']:g}", f"{n['mem_used_gb']:g}/{n['mem_gb']:g}",
-                      ", ".join(n["jobs"]))
+        add_row(nodes, n["name"], n["gpu_type"], n["rack"], f"{n['gpus_used']}/{n['gpus']}",
+                f"{n['cpus_used']:g}/{n['cpus']:g}", f"{n['mem_used_gb']:g}/{n['mem_gb']:g}", ", ".join(n["jobs"]))
     console.print(nodes)
     if c["running"] or c["other_running"]:
         running = Table(title="running jobs" + (f" (and {c['other_running']} of other tenants)"
                                                 if c["other_running"] else ""))
-        for col in ("job", "name", "tenant", "status", "learners", "GPUs", "nodes"):
+        id_column(running)
+        for col in ("name", "tenant", "status", "learners", "GPUs", "nodes"):
             running.add_column(col)
         for j in c["running"]:
-            running.add_row(j["id"], j["name"], j["tenant"], j["status"], str(j["learners"]), str(j["gpus"]),
-                            ", ".join(j["nodes"]))
+            add_row(running, j["id"], j["name"], j["tenant"], j["status"], j["learners"], j["gpus"],
+                    ", ".join(j["nodes"]))
         console.print(running)

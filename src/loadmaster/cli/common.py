@@ -13,15 +13,31 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from rich.text import Text
 
-console = Console()
-err_console = Console(stderr=True)
+# No emoji codes: a job's reason or a log line with ":zzz:" is printed as written. Text from users, logs and
+# the server goes through esc() (inside markup) or Text (table cells), so "[a-z]+" in an error is not a tag.
+console = Console(emoji=False)
+err_console = Console(stderr=True, emoji=False)
 
 T = TypeVar("T")
 
 
+def esc(value: object) -> str:
+    """`value` as literal text inside a Rich markup string."""
+    return escape(str(value))
+
+
+def add_row(table: Table, *cells: object) -> None:
+    """A table row of literal text (cells are never read as markup)."""
+    table.add_row(*(cell if isinstance(cell, Text) else Text(str(cell)) for cell in cells))
+
+
 def fail(message: str, code: int = 2) -> NoReturn:
-    err_console.print(f"[bold red]error:[/] {escape(message)}", highlight=False)  # "[...]" in a message is text
+    """One line, however narrow the terminal (soft wrap): an error a script can grep. The message is literal
+    text (it often quotes the user's input)."""
+    err_console.print(Text.assemble(("error:", "bold red"), " ", str(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 
@@ -30,10 +46,15 @@ def user_errors() -> Iterator[None]:
     """Turn bad input into one clear line and exit status 2, never a traceback."""
     try:
         yield
-    except (ValueError, FileNotFoundError, IsADirectoryError, PermissionError, KeyError) as exc:
-        text = str(exc) if not isinstance(exc, KeyError) else f"unknown name {exc}"
-        if isinstance(exc, FileNotFoundError) and exc.filename:
+    except (ValueError, KeyError, OSError) as exc:
+        if isinstance(exc, KeyError):
+            text = f"unknown name {exc}"
+        elif isinstance(exc, FileNotFoundError) and exc.filename:
             text = f"no such file: {exc.filename}"
+        elif isinstance(exc, OSError) and exc.filename:  # --out naming a file, a read-only folder...
+            text = f"{exc.filename}: {exc.strerror or exc}"
+        else:
+            text = str(exc)
         fail(text)
 
 

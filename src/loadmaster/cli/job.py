@@ -1,25 +1,30 @@
-"""`loadmaster job submit|list|show|logs|cancel|halt|resume|scale`: a tenant's jobs on a running server."""
+"""`loadmaster job submit|list|show|logs|wait|cancel|halt|resume|scale`: a tenant's jobs on a running server.
+
+A job is named by its full id or by a unique prefix of it (`j-3f2a`, or `3f2a`): remote.resolve_job.
+"""
 
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
 
-from loadmaster.cli.common import console, err_console, print_json
-from loadmaster.cli.remote import client, duration, fail, in_, remote, when
+from loadmaster.cli.common import add_row, console, err_console, esc, fail, print_json
+from loadmaster.cli.remote import client, duration, id_column, in_, remote, resolve_job, when
 
 if TYPE_CHECKING:
     from loadmaster.platform.client import Client
 
 app = typer.Typer(help="Jobs on a running server (LOADMASTER_URL, LOADMASTER_TOKEN).", no_args_is_help=True)
 
-JobArg = Annotated[str, typer.Argument(help="The job's id, as `job submit` printed it.")]
+JobArg = Annotated[str, typer.Argument(help="The job's id, as `job submit` printed it, or a unique prefix of it.")]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON.")]
 TERMINAL = {"COMPLETED", "FAILED", "CANCELLED"}
+WAIT_TIMED_OUT = 124  # `job wait --timeout` ran out (coreutils' timeout says the same)
 
 
 def _print_lines(rank: int, lines: list[str], prefix: bool) -> None:
@@ -29,8 +34,8 @@ def _print_lines(rank: int, lines: list[str], prefix: bool) -> None:
 
 
 def _print_status(event: dict[str, Any]) -> None:
-    reason = f": {event['reason']}" if event.get("reason") else ""
-    err_console.print(f"[dim]{when(event['at'])}[/] [bold]{event['to_status']}[/]{reason}", highlight=False)
+    reason = f": {esc(event['reason'])}" if event.get("reason") else ""
+    err_console.print(f"[dim]{when(event['at'])}[/] [bold]{esc(event['to_status'])}[/]{reason}", highlight=False)
 
 
 def follow(c: Client, job_id: str, *, attempt: int | None = None, rank: int | None = None,
@@ -64,9 +69,9 @@ def follow(c: Client, job_id: str, *, attempt: int | None = None, rank: int | No
 
 def _exit_for(job_id: str, status: str) -> None:
     if status == "COMPLETED":
-        err_console.print(f"job {job_id} [green]COMPLETED[/]", highlight=False)
+        err_console.print(f"job {esc(job_id)} [green]COMPLETED[/]", highlight=False)
         return
-    err_console.print(f"job {job_id} [red]{status}[/]", highlight=False)
+    err_console.print(f"job {esc(job_id)} [red]{esc(status)}[/]", highlight=False)
     raise typer.Exit(1)
 
 
@@ -101,8 +106,8 @@ def submit(
     if as_json:
         print_json(job)
     else:
-        console.print(f"submitted {job['id']} ({job['name']}, {job['learners']} learner(s) x "
-                      f"{job['gpus_per_learner']} GPU(s)): {job['status']}", highlight=False)
+        console.print(f"submitted {esc(job['id'])} ({esc(job['name'])}, {job['learners']} learner(s) x "
+                      f"{job['gpus_per_learner']} GPU(s)): {esc(job['status'])}", highlight=False)
     if follow_:
         _exit_for(job["id"], follow(c, job["id"], attempt=1, after=0))
 
@@ -112,35 +117,46 @@ def submit(
 def list_jobs(
     status: Annotated[list[str] | None, typer.Option("--status", help="Only these statuses (repeatable).")] = None,
     name: Annotated[str | None, typer.Option("--name", help="Only jobs with this name.")] = None,
+    name_contains: Annotated[str | None, typer.Option("--name-contains", help="Only jobs whose name contains "
+                                                                              "this (any case).")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's jobs.")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
+    before: Annotated[str | None, typer.Option("--before", help="The cursor a previous page printed: the jobs "
+                                                                "after it.")] = None,
     as_json: Json = False,
 ) -> None:
-    """List jobs, newest first."""
-    jobs = client().jobs(status=[s.upper() for s in status or []], name=name, tenant=tenant, limit=limit)
+    """List jobs, newest first (--limit at a time; the next page with --before)."""
+    page = client().jobs_page(status=[s.upper() for s in status or []], name=name, name_contains=name_contains,
+                              tenant=tenant, limit=limit, before=before)
+    jobs = page["jobs"]
     if as_json:
         print_json(jobs)
         return
     table = Table(title=f"{len(jobs)} job(s)")
-    for col in ("id", "name", "tenant", "status", "learners x gpus", "submitted", "why"):
+    id_column(table)
+    for col in ("name", "tenant", "status", "learners x gpus", "submitted", "why"):
         table.add_column(col)
     for j in jobs:
         why = j["wait_reason"] if j["status"] == "QUEUED" else j["status_reason"]
-        table.add_row(j["id"], j["name"], j["tenant"], j["status"], f"{j['learners']} x {j['gpus_per_learner']}",
-                      when(j["submitted_at"]), why)
+        add_row(table, j["id"], j["name"], j["tenant"], j["status"], f"{j['learners']} x {j['gpus_per_learner']}",
+                when(j["submitted_at"]), why)
     console.print(table)
+    if page.get("next_cursor"):
+        err_console.print(f"[dim]more: loadmaster job list --before {esc(page['next_cursor'])}[/]", highlight=False,
+                          soft_wrap=True)
 
 
 @app.command("show")
 @remote
 def show(job_id: JobArg, as_json: Json = False) -> None:
     """A job: status, history, attempts, progress, allocation, place in the queue."""
-    j = client().job(job_id)
+    c = client()
+    j = c.job(resolve_job(c, job_id))
     if as_json:
         print_json(j)
         return
-    console.print(f"[bold]{j['id']}[/] {j['name']} (tenant {j['tenant']}): [bold]{j['status']}[/] "
-                  f"{j['status_reason']}", highlight=False)
+    console.print(f"[bold]{esc(j['id'])}[/] {esc(j['name'])} (tenant {esc(j['tenant'])}): [bold]{esc(j['status'])}[/]"
+                  f" {esc(j['status_reason'])}", highlight=False)
     console.print(f"  {j['learners']} learner(s) x {j['gpus_per_learner']} GPU(s), priority {j['priority']}; "
                   f"submitted {when(j['submitted_at'])}; attempts {j['attempts']}, failures {j['failures']}, "
                   f"preemptions {j['preemptions']}", highlight=False)
@@ -151,8 +167,10 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
         console.print(f"  pending: {', '.join(pending)}", highlight=False)
     if j["queue"]:
         q = j["queue"]
-        console.print(f"  queue position {q['position']}, waiting: {q['wait_reason']}, estimated start "
-                      f"{in_(q['estimated_start_at'])}", highlight=False)
+        guess = " (its run time is a guess: 1 h, as it gave no expected_duration_s)" if q.get("duration_guessed") \
+            else ""
+        console.print(f"  queue position {q['position']}, waiting: {esc(q['wait_reason'])}, estimated start "
+                      f"{in_(q['estimated_start_at'])}{guess}", highlight=False)
     p = j["progress"]
     if p["last_step"] is not None or p["work_done_s"]:
         console.print(f"  progress: step {p['last_step']}, {duration(p['work_done_s'])} of work, checkpoint at "
@@ -161,12 +179,12 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
     if j["allocation"]:
         where = ", ".join(f"rank {lr['rank']} on {lr['node']} GPUs {lr['gpu_ids']}"
                           for lr in j["allocation"]["learners"])
-        console.print(f"  running: {where}", highlight=False)
+        console.print(f"  running: {esc(where)}", highlight=False)
     history = Table(title="history")
     for col in ("at", "from", "to", "reason"):
         history.add_column(col)
     for h in j["history"]:
-        history.add_row(when(h["at"]), h["from_status"] or "", h["to_status"], h["reason"])
+        add_row(history, when(h["at"]), h["from_status"] or "", h["to_status"], h["reason"])
     console.print(history)
     if j["attempt_history"]:
         attempts = Table(title="attempts")
@@ -175,8 +193,8 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
         for a in j["attempt_history"]:
             ran = duration((a["ended_at"] or a["started_at"]) - a["started_at"]) if a["ended_at"] else "running"
             codes = " ".join(f"{e['rank']}:{e['exit_code']}" for e in a["exit_codes"])
-            attempts.add_row(str(a["number"]), when(a["started_at"]), ran, a["outcome"], codes,
-                             a["failure_category"] or "", a["retry_decision"] or "")
+            add_row(attempts, a["number"], when(a["started_at"]), ran, a["outcome"], codes,
+                    a["failure_category"] or "", a["retry_decision"] or "")
         console.print(attempts)
 
 
@@ -192,12 +210,13 @@ def logs(
 ) -> None:
     """A job's logs (stdout and stderr of each learner)."""
     c = client()
+    job_id = resolve_job(c, job_id)
     if follow_:
         follow(c, job_id, attempt=attempt, rank=rank, tail=tail, every_attempt=attempt is None)
         return
     out = c.logs(job_id, attempt=attempt, rank=rank, tail=tail)
     if out["attempt"] is None:
-        err_console.print(f"job {job_id} has not started an attempt yet", highlight=False)
+        err_console.print(f"job {esc(job_id)} has not started an attempt yet", highlight=False)
         return
     prefix = len(out["ranks"]) > 1
     for r in out["ranks"]:
@@ -207,16 +226,73 @@ def logs(
 
 
 def _act(job_id: str, verb: str, as_json: bool) -> None:
-    j = client().action(job_id, verb)
+    c = client()
+    j = c.action(resolve_job(c, job_id), verb)
     if as_json:
         print_json(j)
         return
     flag = {"cancel": "cancel_requested", "halt": "halt_requested"}.get(verb)
     if flag and j[flag]:
-        console.print(f"{j['id']}: {verb} requested; its learners are being stopped (status {j['status']} until "
-                      "they exit)", highlight=False)
+        console.print(f"{esc(j['id'])}: {verb} requested; its learners are being stopped (status {esc(j['status'])} "
+                      "until they exit)", highlight=False)
     else:
-        console.print(f"{j['id']}: {j['status']}", highlight=False)
+        console.print(f"{esc(j['id'])}: {esc(j['status'])}", highlight=False)
+
+
+@app.command("wait")
+@remote
+def wait(
+    job_ids: Annotated[list[str], typer.Argument(help="Jobs to wait for (ids or unique prefixes).")],
+    timeout: Annotated[float | None, typer.Option("--timeout", min=0, help="Give up after this many seconds "
+                                                                           f"(exit {WAIT_TIMED_OUT}).")] = None,
+    interval: Annotated[float, typer.Option("--interval", min=0.1, max=300, help="Seconds between "
+                                                                                 "looks.")] = 2.0,
+    as_json: Json = False,
+) -> None:
+    """Wait until the jobs end. Exit 0 if every one COMPLETED, 1 if any FAILED or was CANCELLED, 124 when
+    --timeout ran out first. A halted job is waited for (it may be resumed)."""
+    from loadmaster.platform.client import ClientError
+
+    c = client()
+    ids = list(dict.fromkeys(resolve_job(c, j) for j in job_ids))
+    deadline = None if timeout is None else time.monotonic() + timeout
+    ended: dict[str, str] = {}
+    noted: dict[str, str] = {}  # the last status said aloud for a job still waited for
+    unreachable = False
+    while True:
+        for job_id in [j for j in ids if j not in ended]:
+            try:
+                status = str(c.job(job_id)["status"])
+            except ClientError as err:
+                if err.status is not None:  # the API answered: the job is not this token's, or gone
+                    raise
+                if not unreachable:  # a server restarting: keep waiting for it
+                    err_console.print(f"[dim]{esc(err)}; still waiting[/]", highlight=False, soft_wrap=True)
+                unreachable = True
+                break
+            unreachable = False
+            if status in TERMINAL:
+                ended[job_id] = status
+                if not as_json:
+                    colour = "green" if status == "COMPLETED" else "red"
+                    console.print(f"{esc(job_id)} [{colour}]{esc(status)}[/]", highlight=False)
+            elif status == "HALTED" and noted.get(job_id) != status and not as_json:
+                err_console.print(f"[dim]{esc(job_id)} is HALTED: waiting for `loadmaster job resume`[/]",
+                                  highlight=False)
+            noted[job_id] = status
+        if len(ended) == len(ids):
+            break
+        if deadline is not None and time.monotonic() >= deadline:
+            if as_json:
+                print_json({j: ended.get(j, noted.get(j)) for j in ids})
+            err_console.print(f"timed out after {timeout:g} s; still running: "
+                              f"{esc(', '.join(j for j in ids if j not in ended))}", highlight=False, soft_wrap=True)
+            raise typer.Exit(WAIT_TIMED_OUT)
+        time.sleep(interval if deadline is None else max(0.0, min(interval, deadline - time.monotonic())))
+    if as_json:
+        print_json(ended)
+    if any(status != "COMPLETED" for status in ended.values()):
+        raise typer.Exit(1)
 
 
 @app.command("cancel")
@@ -245,11 +321,12 @@ def resume(job_id: JobArg, as_json: Json = False) -> None:
 def scale(job_id: JobArg, learners: Annotated[int, typer.Argument(min=1, help="The new number of learners.")],
           as_json: Json = False) -> None:
     """Resize an elastic job (within its elastic min..max learners)."""
-    j = client().scale(job_id, learners)
+    c = client()
+    j = c.scale(resolve_job(c, job_id), learners)
     if as_json:
         print_json(j)
     elif j["target_learners"] is not None:
-        console.print(f"{j['id']}: resizing from {j['learners']} to {j['target_learners']} learners (checkpoint "
-                      "and restart when the cluster allows)", highlight=False)
+        console.print(f"{esc(j['id'])}: resizing from {j['learners']} to {j['target_learners']} learners "
+                      "(checkpoint and restart when the cluster allows)", highlight=False)
     else:
-        console.print(f"{j['id']}: {j['learners']} learners ({j['status']})", highlight=False)
+        console.print(f"{esc(j['id'])}: {j['learners']} learners ({esc(j['status'])})", highlight=False)

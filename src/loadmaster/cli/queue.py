@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from loadmaster.cli.common import console, print_json
-from loadmaster.cli.remote import client, in_, remote
+from loadmaster.cli.common import add_row, console, err_console, print_json
+from loadmaster.cli.remote import client, duration, id_column, in_, remote
 
 
 @remote
@@ -22,9 +22,18 @@ def queue(
         print_json(entries)
         return
     table = Table(title=f"{len(entries)} queued job(s)")
-    for col in ("pos", "job", "name", "tenant", "waiting because", "estimated start"):
+    table.add_column("pos")
+    id_column(table)
+    for col in ("name", "tenant", "waiting because"):
         table.add_column(col)
+    table.add_column("run time", no_wrap=True)
+    table.add_column("estimated start")
     for e in entries:
-        table.add_row(str(e["position"]), e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
-                      in_(e["estimated_start_at"]))
+        run_time = "-" if e.get("expected_duration_s") is None else duration(e["expected_duration_s"])
+        add_row(table, e["position"], e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
+                f"{run_time} (guess)" if e.get("duration_guessed") else run_time, in_(e["estimated_start_at"]))
     console.print(table)
+    if any(e.get("duration_guessed") for e in entries):
+        err_console.print("[dim](guess): the job gave no expected_duration_s or max_runtime_s and has reported no "
+                          "progress yet, so the estimates assume 1 h for it; set expected_duration_s in its "
+                          "manifest for better ones[/]", highlight=False, soft_wrap=True)

@@ -4,15 +4,17 @@ before."""
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import typer
+from rich.table import Table
 
-from loadmaster.cli.common import err_console
+from loadmaster.cli.common import fail
 
 if TYPE_CHECKING:
     from loadmaster.platform.client import Client
@@ -20,12 +22,6 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 JsonOpt = typer.Option("--json", help="Print JSON.")
-
-
-def fail(message: str, code: int = 2) -> NoReturn:
-    """One line, however narrow the terminal (soft wrap): an error a script can grep."""
-    err_console.print(f"[bold red]error:[/] {message}", highlight=False, soft_wrap=True)
-    raise typer.Exit(code)
 
 
 def client(admin: bool = False) -> Client:
@@ -59,6 +55,33 @@ def remote(fn: Callable[..., T]) -> Callable[..., T]:
         raise AssertionError("unreachable")
 
     return wrapper
+
+
+FULL_ID = re.compile(r"^j-[0-9a-f]{12}$")  # store.jobs.new_job_id()
+_PREFIX = re.compile(r"^[A-Za-z0-9-]{1,32}$")
+AMBIGUOUS_SHOWN = 5
+
+
+def resolve_job(c: Client, text: str) -> str:
+    """A job's full id from its id or a unique prefix of it (`j-3f2a` or `3f2a`), among the jobs this token
+    sees; one line and exit 2 when none or several match."""
+    if FULL_ID.match(text):
+        return text
+    if not _PREFIX.match(text):
+        fail(f"{text!r} is not a job id: ids look like j-3f2a9c01d4e7 (a unique prefix will do)")
+    prefix = text if text.startswith("j-") or len(text) < 2 else f"j-{text}"
+    found = [j["id"] for j in c.jobs(id_prefix=prefix, limit=AMBIGUOUS_SHOWN + 1)]
+    if len(found) == 1:
+        return str(found[0])
+    if not found:
+        fail(f"no job {text!r} for this token (no id starts with {prefix}); `loadmaster job list` shows your jobs")
+    more = " and more" if len(found) > AMBIGUOUS_SHOWN else ""
+    fail(f"{text!r} matches several jobs ({', '.join(found[:AMBIGUOUS_SHOWN])}{more}); give more of the id")
+
+
+def id_column(table: Table, title: str = "id") -> None:
+    """A job id column: never cut or wrapped, so an id can be copied whole from any terminal."""
+    table.add_column(title, no_wrap=True, min_width=len("j-") + 12)
 
 
 def when(t: float | None, now: float | None = None) -> str:

@@ -34,7 +34,7 @@ RetryOpt = Annotated[RetryPolicy, typer.Option("--retry", help="Retry policy for
 MaxAttemptsOpt = Annotated[int, typer.Option("--max-attempts", min=1, help="Attempts per job for "
                                                                            "--retry always|classified.")]
 QuotaOpt = Annotated[Path | None, typer.Option("--quotas", help="YAML quota file; default: sized by demand.")]
-UntilOpt = Annotated[float | None, typer.Option("--until", help="Stop the clock at this simulated second.")]
+UntilOpt = Annotated[float | None, typer.Option("--until", min=0, help="Stop the clock at this simulated second.")]
 CkptOpt = Annotated[float, typer.Option("--checkpoint-interval", min=0, help="Seconds of work between "
                                                                              "checkpoints (0: none).")]
 PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")]

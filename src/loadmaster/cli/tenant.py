@@ -7,8 +7,8 @@ from typing import Annotated
 import typer
 from rich.table import Table
 
-from loadmaster.cli.common import console, print_json
-from loadmaster.cli.remote import client, fail, remote
+from loadmaster.cli.common import add_row, console, esc, fail, print_json
+from loadmaster.cli.remote import client, remote
 
 app = typer.Typer(help="Tenants and their GPU quotas (the admin token: LOADMASTER_ADMIN_TOKEN).",
                   no_args_is_help=True)
@@ -33,10 +33,10 @@ def create(
         return
     t = out["tenant"]
     limit = "no borrowing limit" if t["borrow_limit"] is None else f"may borrow {t['borrow_limit']} more"
-    console.print(f"tenant {t['name']}: quota {t['gpu_quota']} GPUs, {limit}", highlight=False)
+    console.print(f"tenant {esc(t['name'])}: quota {t['gpu_quota']} GPUs, {limit}", highlight=False)
     console.print("API token (shown once; the server keeps only its hash):", highlight=False)
-    console.print(out["token"], highlight=False, soft_wrap=True)
-    console.print(f"Give it to the tenant as LOADMASTER_TOKEN={out['token']}", highlight=False, soft_wrap=True)
+    console.print(esc(out["token"]), highlight=False, soft_wrap=True)
+    console.print(f"Give it to the tenant as LOADMASTER_TOKEN={esc(out['token'])}", highlight=False, soft_wrap=True)
 
 
 @app.command("list")
@@ -51,8 +51,8 @@ def list_tenants(as_json: Json = False) -> None:
     for col in ("tenant", "quota GPUs", "borrowing limit", "GPUs in use", "queued", "running"):
         table.add_column(col)
     for t in tenants:
-        table.add_row(t["name"], str(t["gpu_quota"]), "none" if t["borrow_limit"] is None else str(t["borrow_limit"]),
-                      str(t["gpus_in_use"]), str(t["jobs_queued"]), str(t["jobs_running"]))
+        add_row(table, t["name"], t["gpu_quota"], "none" if t["borrow_limit"] is None else t["borrow_limit"],
+                t["gpus_in_use"], t["jobs_queued"], t["jobs_running"])
     console.print(table)
 
 
@@ -76,7 +76,8 @@ def set_quota(
         print_json(t)
         return
     limit = "none" if t["borrow_limit"] is None else t["borrow_limit"]
-    console.print(f"tenant {t['name']}: quota {t['gpu_quota']} GPUs, borrowing limit {limit}", highlight=False)
+    console.print(f"tenant {esc(t['name'])}: quota {t['gpu_quota']} GPUs, borrowing limit {esc(limit)}",
+                  highlight=False)
 
 
 @app.command("token")
@@ -87,4 +88,4 @@ def token(name: NameArg, as_json: Json = False) -> None:
     if as_json:
         print_json(out)
         return
-    console.print(out["token"], highlight=False, soft_wrap=True)
+    console.print(esc(out["token"]), highlight=False, soft_wrap=True)

@@ -89,16 +89,20 @@ class Client:
                                 params=params)
         return self.request("POST", f"{API}/jobs", json=dict(manifest), params=params)
 
-    def jobs(self, *, status: list[str] | None = None, name: str | None = None, tenant: str | None = None,
-             limit: int = 100) -> list[Any]:
+    def jobs_page(self, *, status: list[str] | None = None, name: str | None = None,
+                  name_contains: str | None = None, id_prefix: str | None = None, tenant: str | None = None,
+                  limit: int = 100, before: str | None = None) -> Any:
+        """One page of jobs, newest first: {"jobs": [...], "next_cursor": ...} (pass it as `before`)."""
         params: dict[str, Any] = {"limit": limit}
-        if status:
-            params["status"] = status
-        if name:
-            params["name"] = name
-        if tenant:
-            params["tenant"] = tenant
-        return list(self.request("GET", f"{API}/jobs", params=params)["jobs"])
+        for key, value in (("status", status), ("name", name), ("name_contains", name_contains),
+                           ("id_prefix", id_prefix), ("tenant", tenant), ("before", before)):
+            if value:
+                params[key] = value
+        return self.request("GET", f"{API}/jobs", params=params)
+
+    def jobs(self, **filters: Any) -> list[Any]:
+        """The first page of jobs (jobs_page's filters), as a list."""
+        return list(self.jobs_page(**filters)["jobs"])
 
     def job(self, job_id: str) -> Any:
         return self.request("GET", f"{API}/jobs/{job_id}")

@@ -50,6 +50,13 @@ RULES: tuple[Rule, ...] = (
     _rule(C.CHECKPOINT_ERROR, r"Error\(s\) in loading state_dict|PytorchStreamReader failed"
           r"|failed finding central directory|UnpicklingError|^\w*(Error|Exception):.*(checkpoint|\.ckpt\b|state_dict)",
           "error reading or writing a checkpoint"),
+    # The script's distributed setup disagrees with the job's shape (Lightning's devices x num_nodes against the
+    # world size, a launcher told of more nodes than the job has): the same script fails the same way again, so
+    # it comes before the network errors that such a mismatch often causes on the other ranks.
+    _rule(C.INCORRECT_INPUT, r"does not match the world size|MisconfigurationException|world[ _]size mismatch"
+          r"|environment variable \w+ expected, but not set|[Ii]nvalid (rank|world[ _]size|node[ _]rank)"
+          r"|rank \d+ (is )?(out of range|not (less|smaller) than)",
+          "the script's distributed setup does not match the job (learners, nodes, devices)"),
     # Distributed runtime: collective libraries, rendezvous and sockets between learners.
     _rule(C.MPI_RUNTIME, r"NCCL (error|WARN)|nccl\w*Error|ProcessGroupNCCL|[Gg]loo\b.*(error|Error|failed)"
           r"|Connection reset by peer|Connection refused|Address already in use|EADDRINUSE"
@@ -85,23 +92,43 @@ class Classification:
 
 _EXCEPTION_LINE = re.compile(r"^(?:[A-Za-z_][\w.]*\.)?[A-Za-z_]\w*(?:Error|Exception|Interrupt|Exit)\b.*$",
                              re.MULTILINE)
+# What launchers put in front of their workers' lines: torch 2.x's "[rank3]: " on a distributed process's
+# traceback and C++ warnings, torchrun's --tee/--log-line-prefix "[default0]:" (role name and local rank).
+_LINE_PREFIX = re.compile(r"^(?:\[(?:rank|[A-Za-z_]\w*?)\d+\]:[ ]?)+", re.MULTILINE)
+# Launchers' own exceptions that only say a worker failed: the worker's error, earlier in the log, is the cause.
+_WRAPPERS = re.compile(r"\bChildFailedError\b|\bCalledProcessError\b|\bProcessExitedException\b")
+# torchrun's summary of the first failed worker ("Root Cause ... exitcode  : -9 (pid: 123)").
+_ROOT_CAUSE_EXIT = re.compile(r"Root Cause[^\n]*\n(?:.*\n){0,6}?\s*exitcode\s*:\s*(-?\d+)")
+
+
+def strip_prefixes(text: str) -> str:
+    """The log without launchers' per-line prefixes, so each line reads as the worker wrote it."""
+    return _LINE_PREFIX.sub("", text)
 
 
 def classify_log(tail: str) -> Classification | None:
     """The first rule of RULES that the log tail matches, with the matching line as evidence.
 
-    The last exception a Python traceback printed is asked first: earlier lines of a log may hold
-    harmless noise (a rendezvous retry's "Connection refused", a printed file name), the last error is
-    what ended the learner; an error no rule knows is the user's code (TRACEBACK). Only a log without a
-    Python exception (a C++ library's message, a shell's) is searched whole.
+    Launchers' line prefixes (`[rank1]: `) are taken off first. The last exception a Python traceback
+    printed is asked first: earlier lines of a log may hold harmless noise (a rendezvous retry's
+    "Connection refused", a printed file name), the last error is what ended the learner; an error no rule
+    knows is the user's code (TRACEBACK). A launcher's own "a worker failed" exception (torchrun's
+    ChildFailedError) is passed over for its worker's, and a worker that a signal killed is classified by
+    torchrun's root-cause exit code. Only a log without a Python exception (a C++ library's message, a
+    shell's) is searched whole.
     """
-    exceptions = _EXCEPTION_LINE.findall(tail)
+    tail = strip_prefixes(tail)
+    exceptions = [line for line in _EXCEPTION_LINE.findall(tail) if not _WRAPPERS.search(line)]
     if exceptions:
         line = exceptions[-1]
         for rule in RULES:
             if rule.pattern.search(line):
                 return Classification(rule.category, f"{rule.what}: {_clip(line)}")
         return Classification(C.TRACEBACK, f"error in the user's code: {_clip(line)}")
+    root = _ROOT_CAUSE_EXIT.search(tail)
+    if root is not None and int(root.group(1)) < 0:  # a worker killed by a signal leaves no traceback
+        worker = classify_exit(int(root.group(1)), tail)
+        return Classification(worker.category, f"a worker of the launcher: {worker.evidence}")
     for rule in RULES:
         match = rule.pattern.search(tail)
         if match is not None:

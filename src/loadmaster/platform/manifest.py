@@ -20,10 +20,18 @@ MAX_CPUS_PER_LEARNER = 1024.0
 MAX_MEMORY_GB_PER_LEARNER = 16384.0
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,127}$")
+MAX_STOP_GRACE_S = 600.0
 # The runtime contract's variables belong to the executor: a manifest may not override them.
 RESERVED_ENV_PREFIXES = ("LOADMASTER_",)
 RESERVED_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
                           "CUDA_VISIBLE_DEVICES"})
+# torchrun's grouping names, added to the contract later: refused at submission (parse_manifest) rather than by
+# the model, because the control loop validates stored manifests again and an older job that set one of them
+# must stay readable (the executor's value wins for it).
+RESERVED_ENV_SINCE_GROUPS = frozenset({"GROUP_RANK", "NODE_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE",
+                                       "ROLE_NAME"})
+# Shell strings run under bash with pipefail, so `python train.py | tee log` fails when python does.
+SHELL = ("bash", "-o", "pipefail", "-c")
 
 
 class _Strict(BaseModel):
@@ -90,6 +98,8 @@ class JobManifest(_Strict):
     max_runtime_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
     # Expected run time alone, when the user knows it: feeds queue-wait estimates until progress is reported.
     expected_duration_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
+    # Seconds a stopped learner has between SIGTERM and SIGKILL to checkpoint; None: the server's --grace.
+    stop_grace_s: Annotated[float, Field(ge=0, le=MAX_STOP_GRACE_S)] | None = None
     data: str | None = None  # fsspec URL staged before the learners start (DOWNLOADING)
     results: str | None = None  # fsspec URL the results directory is copied to (STORING)
 
@@ -129,7 +139,7 @@ class JobManifest(_Strict):
 
     @property
     def argv(self) -> tuple[str, ...]:
-        return ("/bin/sh", "-c", self.command) if isinstance(self.command, str) else tuple(self.command)
+        return (*SHELL, self.command) if isinstance(self.command, str) else tuple(self.command)
 
     @property
     def gpus(self) -> int:
@@ -163,9 +173,14 @@ def parse_manifest(data: Any) -> JobManifest:
     if not isinstance(data, dict):
         raise ManifestError([("", f"a manifest is a mapping of fields, got {type(data).__name__}")])
     try:
-        return JobManifest.model_validate(data)
+        manifest = JobManifest.model_validate(data)
     except ValidationError as err:
         raise ManifestError(problems_of(err)) from None
+    taken = sorted(RESERVED_ENV_SINCE_GROUPS.intersection(manifest.env))
+    if taken:
+        raise ManifestError([(f"env.{name}", f"{name} is set by loadmaster for every learner (its node's group, "
+                                             "as torchrun sets it); remove it from the manifest") for name in taken])
+    return manifest
 
 
 def load_manifest_text(text: str) -> JobManifest:

@@ -7,11 +7,18 @@ This module must import nothing of the server: a learner installs loadmaster onl
 
 from __future__ import annotations
 
-# torch.distributed's env:// rendezvous
+# torch.distributed's env:// rendezvous, with torchrun's names for the grouping of learners by node: the
+# learners of a job on one node are one group (torchrun's "node"), numbered in the order of their lowest rank.
 RANK = "RANK"
 WORLD_SIZE = "WORLD_SIZE"
-LOCAL_RANK = "LOCAL_RANK"
-LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"
+LOCAL_RANK = "LOCAL_RANK"  # index among the job's learners on this node
+LOCAL_WORLD_SIZE = "LOCAL_WORLD_SIZE"  # the job's learners on this node
+GROUP_RANK = "GROUP_RANK"  # torchrun's name for the node's index among the job's nodes
+NODE_RANK = "NODE_RANK"  # the same, as Lightning and most launch scripts spell it
+GROUP_WORLD_SIZE = "GROUP_WORLD_SIZE"  # the job's nodes
+ROLE_RANK = "ROLE_RANK"  # torchrun's per-role rank: every learner has the one role, so RANK
+ROLE_WORLD_SIZE = "ROLE_WORLD_SIZE"
+ROLE_NAME = "ROLE_NAME"
 MASTER_ADDR = "MASTER_ADDR"
 MASTER_PORT = "MASTER_PORT"
 CUDA_VISIBLE_DEVICES = "CUDA_VISIBLE_DEVICES"

@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from loadmaster.platform.api import cluster, errors, health, jobs, logs, queue, tenants
+from loadmaster.platform.api import cluster, docs, errors, health, jobs, logs, outputs, queue, tenants
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.manifest import JobManifest
 
@@ -37,11 +37,13 @@ def _openapi(app: FastAPI) -> Any:
 
 
 def _build(version: str) -> FastAPI:
+    # FastAPI's own /docs page loads Swagger UI from a CDN: docs.install serves it from a package instead.
     app = FastAPI(title="loadmaster", version=version or health._version(), description=DESCRIPTION,
-                  docs_url="/docs", redoc_url=None, openapi_url="/openapi.json")
+                  docs_url=None, redoc_url=None, openapi_url="/openapi.json")
     errors.install(app)
+    docs.install(app)
     routes = []
-    for module in (health, jobs, logs, queue, cluster, tenants):
+    for module in (health, jobs, logs, outputs, queue, cluster, tenants):
         app.include_router(module.router)
         routes += module.router.routes
     app.state.route_methods = errors.route_methods(routes)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
-from sqlalchemy import select
+from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
@@ -23,6 +23,7 @@ from loadmaster.platform.api.models import (
     ScaleIn,
     allocation_out,
     attempt_out,
+    duration_fields,
     progress_out,
     summary,
     transition_out,
@@ -111,14 +112,41 @@ async def submit(request: Request, ctx: Ctx, who: Who,
     return await ctx.submissions.submit(write)
 
 
+_ID_PREFIX = r"^[A-Za-z0-9-]{1,32}$"
+_CURSOR = r"^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?_[A-Za-z0-9-]{1,32}$"  # what cursor_of() writes
+
+
+def cursor_of(job: Job) -> str:
+    """The keyset position after `job` in the listing's order (exact: a float's repr reads back the same)."""
+    return f"{job.submitted_at!r}_{job.id}"
+
+
+def _parse_cursor(cursor: str) -> tuple[float, str]:
+    t, sep, job_id = cursor.rpartition("_")
+    try:
+        if not sep or not job_id:
+            raise ValueError(cursor)
+        return float(t), job_id
+    except ValueError:
+        raise field_error(422, "before", "not a cursor: pass the `next_cursor` of the previous page as it "
+                                         "was given") from None
+
+
 @router.get("", response_model=JobList, responses=responses(401, 422), summary="List jobs, newest first")
 def list_jobs(
     ctx: Ctx, who: Who,
     status: Annotated[list[JobStatus] | None, Query(description="Only jobs in these statuses (repeatable).")] = None,
     name: Annotated[str | None, Query(max_length=128, description="Only jobs with this name.")] = None,
+    name_contains: Annotated[str | None, Query(max_length=128, description="Only jobs whose name contains this "
+                                                                           "(any case).")] = None,
+    id_prefix: Annotated[str | None, Query(pattern=_ID_PREFIX, description="Only jobs whose id starts with "
+                                                                           "this (resolving a short id).")] = None,
     tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
+    before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR,
+                                        description="A page's `next_cursor`: the jobs after it (keyset paging: "
+                                                    "each page costs its own rows).")] = None,
 ) -> JobList:
     q = select(Job, Tenant.name).join(Tenant, Job.tenant_id == Tenant.id)
     if not who.is_admin:
@@ -129,18 +157,30 @@ def list_jobs(
         q = q.where(Job.status.in_([s.value for s in status]))
     if name:
         q = q.where(Job.name == name)
-    q = q.order_by(Job.submitted_at.desc(), Job.id).limit(limit).offset(offset)
+    if name_contains:
+        q = q.where(func.lower(Job.name).contains(name_contains.lower(), autoescape=True))
+    if id_prefix:
+        q = q.where(Job.id.startswith(id_prefix, autoescape=True))
+    if before:
+        q = q.where(tuple_(Job.submitted_at, Job.id) < tuple_(*_parse_cursor(before)))
+    # Newest first, on the (tenant_id,) submitted_at, id indexes; one row more than asked says if a page follows.
+    q = q.order_by(Job.submitted_at.desc(), Job.id.desc()).limit(limit + 1).offset(offset)
     with ctx.store.session() as s:
-        return JobList(jobs=[summary(job, t) for job, t in s.execute(q)])
+        rows = s.execute(q).all()
+        page = rows[:limit]
+        more = len(rows) > limit and bool(page)
+        return JobList(jobs=[summary(job, t) for job, t in page],
+                       next_cursor=cursor_of(page[-1][0]) if more else None)
 
 
-def queue_entry(ctx: ApiContext, job_id: str, name: str) -> QueueEntryOut | None:
+def queue_entry(ctx: ApiContext, job_id: str, name: str, expected_duration_s: float | None) -> QueueEntryOut | None:
     if ctx.loop is None:
         return None
     for e in ctx.loop.queue():
         if e.job_id == job_id:
             return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
-                                 wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at)
+                                 wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at,
+                                 **duration_fields(expected_duration_s))
     return None
 
 
@@ -157,7 +197,7 @@ def show(job_id: JobId, ctx: Ctx, who: Who) -> JobDetail:
             progress=progress_out(job), allocation=allocation_out(job.allocation), queue=None,
         )
     if detail.status is JobStatus.QUEUED:
-        detail.queue = queue_entry(ctx, job_id, detail.name)
+        detail.queue = queue_entry(ctx, job_id, detail.name, detail.progress.expected_duration_s)
     return detail
 
 

@@ -7,6 +7,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from loadmaster.core.job import JobStatus
+from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import TENANT_NAME_PATTERN
 
@@ -36,6 +37,8 @@ class JobSummary(BaseModel):
 
 class JobList(BaseModel):
     jobs: list[JobSummary]
+    # Pass as `before` for the next page (the jobs after the last one here); None: this page is the last.
+    next_cursor: str | None = None
 
 
 class TransitionOut(BaseModel):
@@ -92,6 +95,10 @@ class QueueEntryOut(BaseModel):
     position: int  # 1 = next in the policy's order
     wait_reason: str
     estimated_start_at: float | None  # UNIX seconds; None = beyond the estimator's horizon or not yet estimated
+    # The run time the scheduler expects of the job: its manifest's, or learned from its progress; when it has
+    # neither, the default the estimates assume (1 h), and duration_guessed says so.
+    expected_duration_s: float | None = None
+    duration_guessed: bool = False
 
 
 class QueueOut(BaseModel):
@@ -117,6 +124,28 @@ class LogsOut(BaseModel):
     job_id: str
     attempt: int | None  # None: no attempt has started yet
     ranks: list[RankLog]
+
+
+class ReportsOut(BaseModel):
+    job_id: str
+    attempt: int | None  # None: no attempt has started yet
+    rank: int
+    records: list[dict[str, Any]]  # runtime.report() lines: {"time", "step", "loss", ...} as the learner wrote them
+    next_offset: int  # ask again from here for what is reported next
+    size: int  # bytes of reports so far (next_offset == size: all read)
+
+
+class ResultFile(BaseModel):
+    path: str  # relative to the job's results directory, '/'-separated
+    size: int
+    modified_at: float
+
+
+class ResultsOut(BaseModel):
+    job_id: str
+    files: list[ResultFile]
+    total_bytes: int
+    truncated: bool  # more files than one listing shows (10,000)
 
 
 class ScaleIn(BaseModel):
@@ -253,6 +282,13 @@ def progress_out(job: Job) -> ProgressOut:
     return ProgressOut(work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s, last_step=job.last_step,
                        last_report_at=job.last_report_at, checkpoint_step=job.checkpoint_step,
                        expected_duration_s=job.expected_duration_s, run_started_at=job.run_started_at)
+
+
+def duration_fields(expected_duration_s: float | None) -> dict[str, Any]:
+    """A queue entry's expected_duration_s and duration_guessed, from the job's row."""
+    if expected_duration_s is None:
+        return {"expected_duration_s": DEFAULT_DURATION_S, "duration_guessed": True}
+    return {"expected_duration_s": expected_duration_s, "duration_guessed": False}
 
 
 def tenant_out(t: Tenant, gpus_in_use: int = 0, queued: int = 0, running: int = 0) -> TenantOut:

@@ -48,7 +48,7 @@ def attempt_spec(ctx: Context, job_id: str, attempt: int, manifest: JobManifest,
         env=dict(manifest.env), learners=learners, master_port=master_port,
         checkpoint_dir=str(dirs.checkpoints(job_id)), results_dir=str(dirs.results(job_id)),
         log_dir=str(dirs.logs(job_id, attempt)), report_dir=str(dirs.reports(job_id, attempt)),
-        data_dir=str(dirs.data(job_id)) if manifest.data else None,
+        data_dir=str(dirs.data(job_id)) if manifest.data else None, stop_grace_s=manifest.stop_grace_s,
     )
 
 

@@ -10,8 +10,10 @@ Gang semantics, which every executor guarantees:
   LaunchError);
 - when one learner exits with a non-zero code or is killed, the others are stopped (stop protocol below)
   and the attempt ends once all have exited; an attempt whose learners all exit 0 ends successfully;
-- stop(): the preempt file is created, SIGTERM goes to every learner (its whole process group), and
-  learners still alive after the grace period get SIGKILL. stop() does not block; poll() reports the end.
+- stop(): the preempt file is created, SIGTERM goes to every learner (its whole process tree, tree.py),
+  and learners still alive after the grace period get SIGKILL. The grace period is the spec's
+  stop_grace_s when the manifest set one, else stop()'s (the server's); a gang failure gives the others
+  the spec's too, else the executor's own. stop() does not block; poll() reports the end.
 
 Files, per attempt (the control loop chooses the directories; the executor creates them):
 - log_dir/rank-{r}.log: the learner's stdout and stderr, interleaved as written;
@@ -41,7 +43,7 @@ class LearnerSpec:
 class AttemptSpec:
     job_id: str
     attempt: int
-    command: tuple[str, ...]  # argv; a manifest's shell string arrives as ("/bin/sh", "-c", string)
+    command: tuple[str, ...]  # argv; a manifest's shell string arrives as manifest.SHELL + (string,)
     workdir: str
     env: Mapping[str, str]  # the manifest's env; the executor adds the runtime contract (runtime/env.py)
     learners: tuple[LearnerSpec, ...]
@@ -51,6 +53,7 @@ class AttemptSpec:
     log_dir: str
     report_dir: str
     data_dir: str | None = None
+    stop_grace_s: float | None = None  # the manifest's; None: the grace the caller of stop() gives
 
 
 @dataclass(frozen=True, slots=True)

@@ -117,6 +117,11 @@ class Gang:
         )
 
 
+def grace_for(spec: AttemptSpec, default_s: float) -> float:
+    """Seconds between SIGTERM and SIGKILL for this attempt: the manifest's stop_grace_s, else `default_s`."""
+    return default_s if spec.stop_grace_s is None else spec.stop_grace_s
+
+
 def check_spec(spec: AttemptSpec) -> None:
     """Refuse specs no executor can launch, naming the field and the fix (raised as LaunchError)."""
     where = f"job {spec.job_id} attempt {spec.attempt}"

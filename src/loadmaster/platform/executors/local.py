@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from loadmaster.platform.executors.base import AttemptSpec, LaunchError, LearnerSpec, PollResult, Progress
-from loadmaster.platform.executors.envvars import learner_env
+from loadmaster.platform.executors.envvars import learner_env, placements
 from loadmaster.platform.executors.files import (
     AttemptFiles,
     mtime_ns,
@@ -37,12 +37,20 @@ from loadmaster.platform.executors.gang import (
     Gang,
     StopRequest,
     check_spec,
+    grace_for,
 )
 from loadmaster.platform.executors.jsonlines import JsonLines
-from loadmaster.platform.executors.procs import boot_id, is_running, reap_zombie, signal_group
+from loadmaster.platform.executors.procs import boot_id, is_running, reap_zombie
 from loadmaster.platform.executors.registry import AttemptRegistry
 from loadmaster.platform.executors.shim import ShimRequest
-from loadmaster.platform.executors.spawn import ShimRecord, abort, await_started, final_exit_code, spawn_shim
+from loadmaster.platform.executors.spawn import (
+    ShimRecord,
+    abort,
+    await_started,
+    final_exit_code,
+    signal_learners,
+    spawn_shim,
+)
 
 EXECUTOR_NAME = "local"
 _READ_CHUNK = 1 << 20
@@ -93,14 +101,17 @@ class LocalExecutor:
         if not Path(spec.workdir).is_dir():
             raise LaunchError(f"job {spec.job_id}: workdir {spec.workdir!r} is not a directory on this machine; "
                               "create it or point the job's workdir at one")
-        cuda = {learner.rank: self._cuda_devices(spec, learner) for learner in spec.learners}
+        places = placements(spec)
+        cuda = {learner.rank: self._cuda_devices(spec, learner, places[learner.rank].visible_gpus)
+                for learner in spec.learners}
         with self._registry.reserve(spec.job_id, spec.attempt):
             files = _prepare_files(spec)
             requests = {
                 learner.rank: ShimRequest(
                     argv=spec.command, workdir=spec.workdir, log=str(files.log(learner.rank)),
                     exit=str(files.exit(learner.rank)), pid=str(files.pid(learner.rank)),
-                    env=learner_env(spec, learner, master_addr="127.0.0.1", cuda_visible_devices=cuda[learner.rank],
+                    env=learner_env(spec, learner, places[learner.rank], master_addr="127.0.0.1",
+                                    cuda_visible_devices=cuda[learner.rank],
                                     report_file=str(files.report(learner.rank)), preempt_file=str(files.preempt)),
                 ) for learner in spec.learners
             }
@@ -120,9 +131,11 @@ class LocalExecutor:
                          for r in ranks],
         }
 
-    def _cuda_devices(self, spec: AttemptSpec, learner: LearnerSpec) -> str:
+    def _cuda_devices(self, spec: AttemptSpec, learner: LearnerSpec, visible: tuple[int, ...]) -> str:
+        """CUDA_VISIBLE_DEVICES for the node GPUs `visible` (envvars.placements), after checking the
+        learner's own GPUs against the map."""
         if self.gpu_map is None:
-            return ",".join(str(g) for g in learner.gpu_ids)
+            return ",".join(str(g) for g in visible)
         physical = self.gpu_map.get(learner.node)
         if physical is None:
             raise LaunchError(f"job {spec.job_id}: learner {learner.rank} is placed on node {learner.node!r}, which "
@@ -131,7 +144,7 @@ class LocalExecutor:
         if bad:
             raise LaunchError(f"job {spec.job_id}: learner {learner.rank} asks for GPUs {bad} of node "
                               f"{learner.node!r}, which has GPUs 0..{len(physical) - 1}")
-        return ",".join(str(physical[g]) for g in learner.gpu_ids)
+        return ",".join(str(physical[g]) for g in visible)
 
     # --------------------------------------------------------------------------------------------- stop
 
@@ -139,7 +152,7 @@ class LocalExecutor:
         with self._lock:
             att = self._attempts.get((job_id, attempt))
             if att is not None:
-                self._begin_stop(att, STOP, grace_s)
+                self._begin_stop(att, STOP, grace_for(att.spec, grace_s))
 
     def _begin_stop(self, att: _Attempt, reason: str, grace_s: float) -> None:
         first = att.gang.stop_reason is None
@@ -147,9 +160,7 @@ class LocalExecutor:
         # The file comes first: a learner woken by SIGTERM finds why it was asked to stop.
         write_atomic(att.files.preempt, request.to_json())
         if first:
-            for rank in att.gang.alive:
-                record = att.learners[rank].record
-                signal_group(record.pid, record.start, signal.SIGTERM)
+            _signal_alive(att, signal.SIGTERM)
 
     # --------------------------------------------------------------------------------------------- poll
 
@@ -160,9 +171,7 @@ class LocalExecutor:
             for key, att in list(self._attempts.items()):
                 self._collect_exits(att)
                 if att.gang.kill_due(self._clock()):
-                    for rank in att.gang.alive:
-                        record = att.learners[rank].record
-                        signal_group(record.pid, record.start, signal.SIGKILL)
+                    _signal_alive(att, signal.SIGKILL)
                     att.gang.killed = True
                 progress.extend(_read_reports(att, final=att.gang.done))
                 if att.gang.done:
@@ -178,7 +187,7 @@ class LocalExecutor:
                 found.append((mtime_ns(att.files.exit(rank)), rank, code))
         for _, rank, code in sorted(found):
             if att.gang.record_exit(rank, code):
-                self._begin_stop(att, GANG_FAILURE, self.failure_grace_s)
+                self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
 
     def _exit_code(self, att: _Attempt, learner: _Learner) -> int | None:
         record = learner.record
@@ -231,11 +240,16 @@ class LocalExecutor:
         request = StopRequest.from_json(read_json(att.files.preempt))
         stop = None if request is None else (mtime_ns(att.files.preempt), request)
         if att.gang.replay(exits, stop):
-            self._begin_stop(att, GANG_FAILURE, self.failure_grace_s)
+            self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
 
     def close(self) -> None:
         with self._lock:
             self._attempts.clear()
+
+
+def _signal_alive(att: _Attempt, signum: int) -> None:
+    """Signal the whole process tree of every learner still alive."""
+    signal_learners([att.learners[rank].record for rank in att.gang.alive], signum)
 
 
 def _prepare_files(spec: AttemptSpec) -> AttemptFiles:

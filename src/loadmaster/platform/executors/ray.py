@@ -6,7 +6,8 @@ local executor on its machine; poll() brings the log, report and exit files back
 incrementally. A restarted server finds the hosts again by name (reattach).
 
 Ray only carries the processes: loadmaster does the accounting of GPUs, CPUs and memory, so the actors ask
-Ray for nothing (num_cpus=0) and CUDA_VISIBLE_DEVICES is the learner's gpu_ids on its machine.
+Ray for nothing (num_cpus=0) and CUDA_VISIBLE_DEVICES names GPUs of the learner's machine by their
+indices there (which ones a learner sees: envvars.py, as for the local executor).
 
 How a Ray cluster maps to the nodes the control loop schedules on (ray_cluster() builds that Cluster):
 - a Ray node started with the label `loadmaster/node=NAME` (`ray start --labels=loadmaster/node=NAME`) is
@@ -32,7 +33,7 @@ from typing import Any
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.platform.executors.base import AttemptSpec, LaunchError, PollResult, Progress
-from loadmaster.platform.executors.envvars import learner_env
+from loadmaster.platform.executors.envvars import learner_env, placements
 from loadmaster.platform.executors.files import (
     AttemptFiles,
     append_bytes,
@@ -43,7 +44,15 @@ from loadmaster.platform.executors.files import (
     size_of,
     write_atomic,
 )
-from loadmaster.platform.executors.gang import GANG_FAILURE, LOST_EXIT_CODE, STOP, Gang, StopRequest, check_spec
+from loadmaster.platform.executors.gang import (
+    GANG_FAILURE,
+    LOST_EXIT_CODE,
+    STOP,
+    Gang,
+    StopRequest,
+    check_spec,
+    grace_for,
+)
 from loadmaster.platform.executors.jsonlines import JsonLines
 from loadmaster.platform.executors.registry import AttemptRegistry
 
@@ -191,6 +200,7 @@ class RayExecutor:
                                   f"{NODE_LABEL}={learner.node} or map it with node_map")
             placed[learner.rank] = found
         master_addr = placed[0].ip
+        places = placements(spec)
         with self._registry.reserve(spec.job_id, spec.attempt):
             files = AttemptFiles(Path(spec.log_dir), Path(spec.report_dir))
             try:
@@ -211,8 +221,9 @@ class RayExecutor:
                         name=name, namespace=NAMESPACE, lifetime="detached", num_cpus=0,
                         scheduling_strategy=NodeAffinitySchedulingStrategy(placed[learner.rank].node_id, soft=False),
                     ).remote(spec.job_id, spec.attempt, learner.rank, self.scratch_root)
-                    env = learner_env(spec, learner, master_addr=master_addr,
-                                      cuda_visible_devices=",".join(str(g) for g in learner.gpu_ids),
+                    place = places[learner.rank]
+                    env = learner_env(spec, learner, place, master_addr=master_addr,
+                                      cuda_visible_devices=",".join(str(g) for g in place.visible_gpus),
                                       report_file=_PLACEHOLDER, preempt_file=_PLACEHOLDER)
                     refs[learner.rank] = actors[learner.rank].start.remote(
                         list(spec.command), spec.workdir, env, [spec.checkpoint_dir, spec.results_dir],
@@ -259,7 +270,7 @@ class RayExecutor:
         with self._lock:
             att = self._attempts.get((job_id, attempt))
             if att is not None:
-                self._begin_stop(att, STOP, grace_s)
+                self._begin_stop(att, STOP, grace_for(att.spec, grace_s))
 
     def _begin_stop(self, att: _Attempt, reason: str, grace_s: float) -> None:
         first = att.gang.stop_reason is None
@@ -310,7 +321,7 @@ class RayExecutor:
                         exits.append((learner.rank, learner.exit_code))
                 for rank, code in exits:
                     if att.gang.record_exit(rank, code):
-                        self._begin_stop(att, GANG_FAILURE, self.failure_grace_s)
+                        self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
                 if att.gang.kill_due(time.time()):
                     for rank in att.gang.alive:
                         if att.learners[rank].actor is not None:
@@ -426,7 +437,7 @@ class RayExecutor:
             att.backlog.extend(Progress(att.spec.job_id, att.spec.attempt, rank, obj)
                                for obj in learner.reports.feed(copied))
         if att.gang.replay(exits, stop):
-            self._begin_stop(att, GANG_FAILURE, self.failure_grace_s)
+            self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
 
     def close(self) -> None:
         """Forget the attempts and disconnect from Ray if this executor connected; the detached hosts and

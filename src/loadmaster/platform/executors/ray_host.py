@@ -21,9 +21,16 @@ from pathlib import Path
 from typing import Any
 
 from loadmaster.platform.executors.files import AttemptFiles, read_from, read_json, size_of, write_atomic
-from loadmaster.platform.executors.procs import is_running, signal_group
+from loadmaster.platform.executors.procs import is_running
 from loadmaster.platform.executors.shim import ShimRequest
-from loadmaster.platform.executors.spawn import ShimRecord, abort, await_started, final_exit_code, spawn_shim
+from loadmaster.platform.executors.spawn import (
+    ShimRecord,
+    abort,
+    await_started,
+    final_exit_code,
+    signal_learners,
+    spawn_shim,
+)
 from loadmaster.runtime import env as contract
 
 SCRATCH_ENV = "LOADMASTER_RAY_SCRATCH"  # where hosts keep learner files on their node (default: the temp dir)
@@ -89,15 +96,15 @@ class LearnerHost:
             return self.popen.poll() is not None
         return not is_running(record.shim_pid, record.shim_start)
 
-    def stop(self, preempt: str, signal_learner: bool) -> None:
-        """Publish the stop request (the preempt file), then SIGTERM the learner's group if asked."""
+    def stop(self, preempt: str, signal_now: bool) -> None:
+        """Publish the stop request (the preempt file), then SIGTERM the learner's tree if asked."""
         write_atomic(self.files.preempt, preempt)
-        if signal_learner and self.record is not None:
-            signal_group(self.record.pid, self.record.start, signal.SIGTERM)
+        if signal_now and self.record is not None:
+            signal_learners([self.record], signal.SIGTERM)
 
     def kill(self) -> None:
         if self.record is not None:
-            signal_group(self.record.pid, self.record.start, signal.SIGKILL)
+            signal_learners([self.record], signal.SIGKILL)
 
     def cleanup(self) -> None:
         """The server has copied everything: remove this learner's scratch files (and the attempt's
@@ -116,4 +123,7 @@ def kill_orphan(job_id: str, attempt: int, rank: int, scratch_root: str | None =
     root = scratch_dir(scratch_root, job_id, attempt)
     files = AttemptFiles(root / "logs", root / "reports")
     record = ShimRecord.from_dict(read_json(files.pid(rank)))
-    return record is not None and signal_group(record.pid, record.start, signal.SIGKILL)
+    if record is None or not is_running(record.pid, record.start):
+        return False
+    signal_learners([record], signal.SIGKILL)
+    return True

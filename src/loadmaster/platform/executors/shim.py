@@ -7,10 +7,14 @@ server (or of a Ray actor) and still records how its learner ended. The shim:
 - writes the pid file (its own and the learner's pid and start token, the boot id) once the command runs;
   the executor waits for that file to know the launch worked; when the command cannot start, the shim
   says why on stderr (which the executor points at the log) and exits with 127 without a pid file;
-- forwards SIGTERM to the learner's group (the executor signals the group directly too; this covers
+- is the child subreaper of its learner (tree.py), so whatever the learner starts stays below the shim,
+  even processes in sessions of their own (torchrun's workers) and orphans of exited parents, which it
+  collects as they exit;
+- forwards SIGTERM to the learner's whole tree (the executor signals the tree directly too; this covers
   anyone else who signals the shim);
-- when the command exits, kills what is left of its group (a background process of a shell script holding
-  a GPU), then writes the exit file: the code, negative for a signal (subprocess' convention).
+- when the command exits, kills what is left of its tree (a background process of a shell script or a
+  worker of a launcher holding a GPU), then writes the exit file: the code, negative for a signal
+  (subprocess' convention).
 The request: {"argv": [...], "workdir": str, "env": {overlay}, "log": path, "exit": path, "pid": path}.
 """
 
@@ -22,6 +26,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -30,6 +35,7 @@ from typing import Any
 from loadmaster.platform.executors.envvars import child_env
 from loadmaster.platform.executors.files import write_atomic
 from loadmaster.platform.executors.procs import boot_id, start_token
+from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, kill_descendants, send
 
 CANNOT_START = 127
 
@@ -55,7 +61,7 @@ class ShimRequest:
 
 
 class _Forwarder:
-    """Forwards SIGTERM to the learner's group; remembers one that arrived before the learner existed."""
+    """Forwards SIGTERM to the learner's tree; remembers one that arrived before the learner existed."""
 
     def __init__(self) -> None:
         self.pgid: int | None = None
@@ -65,20 +71,55 @@ class _Forwarder:
         if self.pgid is None:
             self.pending = True
         else:
-            _killpg(self.pgid, signal.SIGTERM)
+            _signal_all(self.pgid, signal.SIGTERM)
 
     def started(self, pgid: int) -> None:
         self.pgid = pgid
         if self.pending:
-            _killpg(pgid, signal.SIGTERM)
+            _signal_all(pgid, signal.SIGTERM)
 
 
-def _killpg(pgid: int, signum: int) -> None:
+def _signal_all(pgid: int, signum: int) -> None:
+    """The learner's group at once, then the rest of our tree (each process once: tree.signal_trees)."""
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+    send(ProcessTable.scan().outside_group(os.getpid(), pgid), signum)
+
+
+def _wait_for_leader(leader: int) -> None:
+    """Block until the learner's command exits, without reaping it (while the leader is a zombie its group
+    id cannot be reused, so the group can be cleaned up safely before the leader is collected); orphans
+    re-parented to us meanwhile are collected as they exit."""
+    while True:
+        info = os.waitid(os.P_ALL, 0, os.WEXITED | os.WNOWAIT)
+        if info is None or info.si_pid == leader:
+            return
+        _reap(info.si_pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, 0)
+
+
+def _clean_up(leader: int, patience_s: float = 10.0) -> None:
+    """SIGKILL what is left of the learner's group and tree and collect the orphans among them, until
+    nothing is left or `patience_s` passed (a process stuck in the kernel cannot be waited for forever)."""
+    deadline = time.monotonic() + patience_s
+    while True:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(leader, signal.SIGKILL)
+        victims = kill_descendants(os.getpid())
+        for pid in victims:  # only our own children can be collected; the rest are their parents' to reap
+            with contextlib.suppress(ChildProcessError):
+                os.waitpid(pid, os.WNOHANG)
+        if not victims or time.monotonic() > deadline:
+            return
+        time.sleep(0.01)
 
 
 def run(request: ShimRequest) -> int:
+    become_subreaper()
     forwarder = _Forwarder()
     signal.signal(signal.SIGTERM, forwarder)
     with open(request.log, "ab") as log:
@@ -95,10 +136,8 @@ def run(request: ShimRequest) -> int:
         "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
         "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
     }) + "\n")
-    # Wait without reaping: while the leader is a zombie its group id cannot be reused, so the group can
-    # be cleaned up safely before the leader is collected.
-    os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-    _killpg(child.pid, signal.SIGKILL)
+    _wait_for_leader(child.pid)
+    _clean_up(child.pid)
     code = child.wait()
     write_atomic(Path(request.exit), f"{code}\n")
     return 0

@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,8 +22,8 @@ from loadmaster.platform.executors.files import (
     write_atomic,
 )
 from loadmaster.platform.executors.gang import LOST_EXIT_CODE
-from loadmaster.platform.executors.procs import signal_group
 from loadmaster.platform.executors.shim import ShimRequest
+from loadmaster.platform.executors.tree import signal_trees
 
 # The shim runs with `python -m`, whose sys.path starts with the working directory: running it from the
 # directory that holds the loadmaster package makes it importable even from a source checkout.
@@ -52,6 +53,11 @@ class ShimRecord:
                               str(data["start"]), str(data.get("boot_id", "")))
         except (KeyError, TypeError, ValueError):
             return None
+
+
+def signal_learners(records: Iterable[ShimRecord], signum: int) -> None:
+    """Send `signum` to each learner's whole process tree (tree.signal_trees)."""
+    signal_trees([((r.pid, r.start), (r.shim_pid, r.shim_start)) for r in records], signum)
 
 
 def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
@@ -103,7 +109,7 @@ def abort(popen: subprocess.Popen[bytes], request: ShimRequest, record: ShimReco
         except subprocess.TimeoutExpired:
             record = ShimRecord.from_dict(read_json(Path(request.pid)))
     if record is not None:
-        signal_group(record.pid, record.start, signal.SIGKILL)
+        signal_learners([record], signal.SIGKILL)
     try:
         popen.wait(timeout=5.0)
     except subprocess.TimeoutExpired:
@@ -119,7 +125,7 @@ def final_exit_code(files: AttemptFiles, rank: int, record: ShimRecord) -> int:
     code = read_exit_code(exit_file)
     if code is not None:
         return code
-    signal_group(record.pid, record.start, signal.SIGKILL)
+    signal_learners([record], signal.SIGKILL)
     append_bytes(files.log(rank), b"\nloadmaster: the learner's supervisor (shim) died without recording an exit "
                  b"code; counted as killed (-9)\n")
     write_atomic(exit_file, f"{LOST_EXIT_CODE}\n")

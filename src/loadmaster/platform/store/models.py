@@ -77,6 +77,8 @@ class Job(Base):
     __table_args__ = (
         Index("ix_jobs_tenant_status", "tenant_id", "status"),
         Index("ix_jobs_status", "status"),
+        Index("ix_jobs_submitted", "submitted_at", "id"),  # the listing's order and keyset pages
+        Index("ix_jobs_tenant_submitted", "tenant_id", "submitted_at", "id"),
     )
 
 

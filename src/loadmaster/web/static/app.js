@@ -13,8 +13,12 @@
   const API = "/api/v1";
   const ROUTES = {
     me: () => `${API}/whoami`,
-    jobs: () => `${API}/jobs?limit=200`,
+    jobs: (query) => `${API}/jobs?${new URLSearchParams(query)}`,
+    submit: (tenant) => `${API}/jobs${tenant ? `?${new URLSearchParams({ tenant })}` : ""}`,
     job: (id) => `${API}/jobs/${encodeURIComponent(id)}`,
+    reports: (id, q) => `${API}/jobs/${encodeURIComponent(id)}/reports?${new URLSearchParams(q)}`,
+    results: (id) => `${API}/jobs/${encodeURIComponent(id)}/results`,
+    resultFile: (id, path) => `${API}/jobs/${encodeURIComponent(id)}/results/${path.split("/").map(encodeURIComponent).join("/")}`,
     action: (id, verb) => `${API}/jobs/${encodeURIComponent(id)}/${verb}`,
     logStream: (id, q) => `${API}/jobs/${encodeURIComponent(id)}/logs/stream?${new URLSearchParams(q)}`,
     queue: () => `${API}/queue`,
@@ -23,9 +27,10 @@
   };
 
   class ApiError extends Error {
-    constructor(status, message) {
+    constructor(status, message, problems) {
       super(message);
       this.status = status;
+      this.problems = problems || []; // [{field, message}] from the API's error body
     }
   }
 
@@ -47,12 +52,13 @@
     return `${text || "Request failed"} (${status}).`;
   }
 
-  async function api(method, path, body, signal) {
+  // body: an object (sent as JSON), or text with its contentType (a manifest as YAML).
+  async function api(method, path, body, signal, contentType) {
     const headers = { Authorization: `Bearer ${state.token}`, Accept: "application/json" };
     const init = { method, headers, signal, cache: "no-store" };
     if (body !== undefined) {
-      headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
+      headers["Content-Type"] = contentType || "application/json";
+      init.body = contentType ? body : JSON.stringify(body);
     }
     let response;
     try {
@@ -63,7 +69,10 @@
     }
     const type = response.headers.get("Content-Type") || "";
     const payload = type.includes("json") ? await response.json().catch(() => null) : await response.text();
-    if (!response.ok) throw new ApiError(response.status, describeError(response.status, payload));
+    if (!response.ok) {
+      const problems = payload && typeof payload === "object" && Array.isArray(payload.problems) ? payload.problems : [];
+      throw new ApiError(response.status, describeError(response.status, payload), problems);
+    }
     return payload;
   }
 
@@ -136,6 +145,11 @@
     selected: null, // job id in the detail view
     log: null, // the log stream followed: {abort: AbortController, key: "job/attempt/rank", allRanks, ended}
     rendered: {}, // part -> the JSON it was last rendered from
+    // The jobs table: filters, and keyset pages (`before` of the page shown, those of the newer pages before it).
+    filters: { status: "", name: "", tenant: "" },
+    page: { before: null, newer: [], next: null },
+    pageSize: Math.min(500, Math.max(5, Number(params.get("pageSize")) || 50)),
+    metrics: null, // the detail's charts: {job, attempts: {n: {offset, size, done}}, records: [...], drawn}
   };
 
   // ---- login -----------------------------------------------------------------------------------------------
@@ -168,7 +182,11 @@
     $("whoami").hidden = false;
     $("whoami").textContent = state.me.admin ? "admin" : `tenant ${state.me.tenant}`;
     $("tenants-panel").hidden = !state.me.admin;
+    $("filter-tenant-label").hidden = $("submit-tenant-label").hidden = !state.me.admin;
     state.rendered = {};
+    state.filters = { status: "", name: "", tenant: "" };
+    state.page = { before: null, newer: [], next: null };
+    for (const id of ["filter-status", "filter-name", "filter-tenant"]) $(id).value = "";
     await refresh();
     startRefresh();
     openFromHash();
@@ -202,7 +220,7 @@
     if (state.refreshing || !state.token) return;
     state.refreshing = true;
     try {
-      const wanted = [api("GET", ROUTES.cluster()), api("GET", ROUTES.queue()), api("GET", ROUTES.jobs())];
+      const wanted = [api("GET", ROUTES.cluster()), api("GET", ROUTES.queue()), api("GET", ROUTES.jobs(jobsQuery()))];
       if (state.me && state.me.admin) wanted.push(api("GET", ROUTES.tenants()));
       const results = await Promise.allSettled(wanted);
       const failure = results.find((r) => r.status === "rejected");
@@ -287,9 +305,88 @@
     el("td", {}, fmtTime(j.first_started_at)),
     el("td", {}, j.attempts),
     el("td", {}, el("span", { class: "row-actions" }, actionButtons(j, true)))));
-    fillTable($("jobs"), rows, "No jobs yet.", 9);
+    const filtered = state.filters.status || state.filters.name || state.filters.tenant;
+    fillTable($("jobs"), rows, filtered ? "No job matches these filters." : "No jobs yet.", 9);
     const active = jobs.filter((j) => ACTIVE.has(j.status)).length;
     $("jobs-summary").textContent = jobs.length ? `${jobs.length} shown · ${active} active` : "";
+    state.page.next = payload.next_cursor || null;
+    $("page-older").disabled = !state.page.next;
+    $("page-newer").disabled = state.page.newer.length === 0;
+    $("page-info").textContent = `page ${state.page.newer.length + 1}`;
+  }
+
+  // ---- filters and pages -----------------------------------------------------------------------------------
+  function jobsQuery() {
+    const query = { limit: String(state.pageSize) };
+    if (state.filters.status) query.status = state.filters.status;
+    if (state.filters.name) query.name_contains = state.filters.name;
+    if (state.filters.tenant && state.me && state.me.admin) query.tenant = state.filters.tenant;
+    if (state.page.before) query.before = state.page.before;
+    return query;
+  }
+
+  async function showJobsPage() {
+    try {
+      const payload = await api("GET", ROUTES.jobs(jobsQuery()));
+      renderChanged("jobs", payload, renderJobs);
+      showError("");
+    } catch (err) {
+      showError(err.message);
+    }
+  }
+
+  function setFilters() {
+    const next = { status: $("filter-status").value, name: $("filter-name").value.trim(),
+      tenant: $("filter-tenant").value.trim() };
+    if (JSON.stringify(next) === JSON.stringify(state.filters)) return;
+    state.filters = next;
+    state.page = { before: null, newer: [], next: null }; // new filters start at the newest page
+    showJobsPage();
+  }
+
+  function olderPage() {
+    if (!state.page.next) return;
+    state.page.newer.push(state.page.before);
+    state.page.before = state.page.next;
+    showJobsPage();
+  }
+
+  function newerPage() {
+    if (!state.page.newer.length) return;
+    state.page.before = state.page.newer.pop();
+    showJobsPage();
+  }
+
+  // ---- submit ----------------------------------------------------------------------------------------------
+  // The manifest goes to the API as it was typed (YAML, of which JSON is a part); the API validates it and its
+  // 4xx answer lists each field it refused with the fix, shown one per line.
+  async function submitManifest(event) {
+    event.preventDefault();
+    const text = $("manifest").value;
+    const tenant = state.me && state.me.admin ? $("submit-tenant").value.trim() : "";
+    $("submit-button").disabled = true;
+    $("submit-result").textContent = "submitting…";
+    showSubmitProblems(null);
+    try {
+      const job = await api("POST", ROUTES.submit(tenant), text, undefined, "application/yaml");
+      $("submit-result").replaceChildren("submitted ",
+        el("a", { href: `#job=${job.id}`, class: "job-link mono", "data-job": job.id }, job.id), ` (${job.status})`);
+      await refresh();
+    } catch (err) {
+      $("submit-result").textContent = "";
+      showSubmitProblems(err);
+    } finally {
+      $("submit-button").disabled = false;
+    }
+  }
+
+  function showSubmitProblems(err) {
+    const problems = err ? err.problems.filter((p) => p.field) : [];
+    $("submit-error").hidden = !err;
+    $("submit-error").textContent = err ? err.message : "";
+    $("submit-problems").hidden = problems.length === 0;
+    $("submit-problems").replaceChildren(...problems.map((p) =>
+      el("li", { "data-field": p.field }, el("code", {}, p.field), `: ${p.message}`)));
   }
 
   // ---- actions ---------------------------------------------------------------------------------------------
@@ -366,6 +463,13 @@
       $("log-state").textContent = "";
       fillTable($("detail-history"), [], "…", 4);
       fillTable($("detail-attempts"), [], "…", 7);
+      state.metrics = { job: id, attempts: {}, records: [], drawn: -1 };
+      delete state.rendered.results;
+      delete state.rendered.resultsFor;
+      $("metrics").replaceChildren();
+      $("metrics-state").textContent = "";
+      $("results").replaceChildren();
+      $("results-state").textContent = "";
     }
     $("detail").hidden = false;
     for (const row of document.querySelectorAll("#jobs tbody tr")) row.classList.toggle("selected", row.dataset.job === id);
@@ -375,6 +479,7 @@
   function closeDetail() {
     stopLog();
     state.selected = null;
+    state.metrics = null;
     $("detail").hidden = true;
     if (location.hash.startsWith("#job=")) history.replaceState(null, "", location.pathname + location.search);
     for (const row of document.querySelectorAll("#jobs tbody tr.selected")) row.classList.remove("selected");
@@ -396,6 +501,159 @@
     if (state.selected !== id) return; // the user moved on while we waited
     renderChanged("detail", job, renderDetail, true);
     syncLog(job);
+    await loadMetrics(job);
+    if (state.rendered.resultsFor !== state.rendered.detail) { // when the job changed, or every 10 s
+      state.rendered.resultsFor = state.rendered.detail;
+      await loadResults(job);
+    }
+  }
+
+  // ---- metric charts ---------------------------------------------------------------------------------------
+  // What rank 0 reported with runtime.report(), attempt after attempt, read incrementally: each refresh asks
+  // only for the bytes reported since (the API answers with the offset to continue from).
+  const NOT_METRICS = new Set(["time", "step", "total_steps", "progress", "rank", "attempt", "epoch"]);
+  const MAX_CHARTS = 6;
+  const MAX_PAGES_PER_REFRESH = 8;
+
+  async function loadMetrics(job) {
+    const m = state.metrics;
+    if (!m || m.job !== job.id) return;
+    for (const a of job.attempt_history || []) {
+      const seen = (m.attempts[a.number] ||= { offset: 0, size: -1, done: false });
+      for (let page = 0; !seen.done && page < MAX_PAGES_PER_REFRESH; page++) {
+        let out;
+        try {
+          out = await api("GET", ROUTES.reports(job.id, { attempt: a.number, rank: 0, offset: seen.offset }));
+        } catch (err) {
+          $("metrics-state").textContent = `reports unavailable: ${err.message}`;
+          return;
+        }
+        if (state.metrics !== m) return;
+        for (const r of out.records) m.records.push({ ...r, attempt: a.number });
+        const progressed = out.next_offset > seen.offset;
+        seen.offset = out.next_offset;
+        seen.done = a.ended_at !== null && seen.offset >= out.size; // an ended attempt reports no more
+        if (!progressed || seen.offset >= out.size) break;
+      }
+    }
+    if (m.drawn !== m.records.length) {
+      m.drawn = m.records.length;
+      drawCharts(m.records);
+    }
+  }
+
+  function metricNames(records) {
+    const names = new Set();
+    for (const r of records) {
+      for (const [k, v] of Object.entries(r)) if (!NOT_METRICS.has(k) && typeof v === "number" && isFinite(v)) names.add(k);
+    }
+    return [...names].sort((a, b) => (a === "loss" ? -1 : b === "loss" ? 1 : a.localeCompare(b))).slice(0, MAX_CHARTS);
+  }
+
+  function drawCharts(records) {
+    const names = metricNames(records);
+    $("metrics-state").textContent = records.length ? `${records.length} report(s) from rank 0` :
+      "nothing reported yet (runtime.report(step=..., loss=...) draws charts here)";
+    $("metrics").replaceChildren(...names.map((name) => {
+      const points = records.filter((r) => typeof r[name] === "number" && isFinite(r[name]))
+        .map((r, i) => ({ x: typeof r.step === "number" ? r.step : i, y: r[name], attempt: r.attempt }));
+      const canvas = el("canvas", { width: 340, height: 150, "data-metric": name, "data-points": points.length });
+      plot(canvas, points);
+      const last = points.length ? points[points.length - 1].y : null;
+      return el("div", { class: "chart" }, el("div", { class: "title" }, `${name}${last === null ? "" : ` · last ${fmtNum(last)}`}`), canvas);
+    }));
+  }
+
+  // A line chart on a canvas: step on x, the metric on y; a dashed line where an attempt resumed.
+  function plot(canvas, points) {
+    const ctx = canvas.getContext("2d");
+    const w = canvas.width, h = canvas.height, left = 44, bottom = 18, top = 6, right = 8;
+    ctx.clearRect(0, 0, w, h);
+    if (!points.length) return;
+    const step = Math.max(1, Math.floor(points.length / 1000)); // at most ~1000 segments drawn
+    const shown = points.filter((_, i) => i % step === 0 || i === points.length - 1);
+    const xs = shown.map((p) => p.x), ys = shown.map((p) => p.y);
+    const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
+    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    if (y0 === y1) { y0 -= 1; y1 += 1; }
+    const px = (x) => left + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (w - left - right);
+    const py = (y) => top + (1 - (y - y0) / (y1 - y0)) * (h - top - bottom);
+    ctx.strokeStyle = "#e3e6eb";
+    ctx.strokeRect(left, top, w - left - right, h - top - bottom);
+    ctx.fillStyle = "#6b7280";
+    ctx.font = "10px system-ui, sans-serif";
+    ctx.fillText(fmtNum(y1), 2, top + 8);
+    ctx.fillText(fmtNum(y0), 2, h - bottom);
+    ctx.fillText(`step ${fmtNum(x0)}`, left, h - 4);
+    ctx.fillText(fmtNum(x1), w - right - 30, h - 4);
+    ctx.setLineDash([3, 3]);
+    for (let i = 1; i < shown.length; i++) {
+      if (shown[i].attempt !== shown[i - 1].attempt) {
+        ctx.beginPath();
+        ctx.moveTo(px(shown[i].x), top);
+        ctx.lineTo(px(shown[i].x), h - bottom);
+        ctx.stroke();
+      }
+    }
+    ctx.setLineDash([]);
+    ctx.strokeStyle = "#3b6fd8";
+    ctx.lineWidth = 1.5;
+    ctx.beginPath();
+    shown.forEach((p, i) => (i ? ctx.lineTo(px(p.x), py(p.y)) : ctx.moveTo(px(p.x), py(p.y))));
+    ctx.stroke();
+  }
+
+  // ---- results ---------------------------------------------------------------------------------------------
+  async function loadResults(job) {
+    let out;
+    try {
+      out = await api("GET", ROUTES.results(job.id));
+    } catch (err) {
+      $("results-state").textContent = `unavailable: ${err.message}`;
+      return;
+    }
+    if (state.selected !== job.id) return;
+    const text = JSON.stringify(out.files);
+    if (state.rendered.results === text) return;
+    state.rendered.results = text;
+    $("results-state").textContent = out.files.length ?
+      `${out.files.length} file(s), ${fmtBytes(out.total_bytes)}${out.truncated ? " (first 10,000 shown)" : ""}` :
+      "none (what the learners write to runtime.results_dir() shows here)";
+    $("results").replaceChildren(...out.files.map((f) => el("li", { "data-path": f.path },
+      el("button", { type: "button", onclick: (event) => download(job.id, f.path, event.currentTarget) }, "Download"),
+      el("span", { class: "mono" }, f.path), el("span", { class: "muted" }, fmtBytes(f.size)))));
+  }
+
+  // The token travels in a header, never in a URL: the file is fetched, then handed to the browser as a blob.
+  async function download(jobId, path, button) {
+    button.disabled = true;
+    try {
+      const response = await fetch(ROUTES.resultFile(jobId, path), {
+        headers: { Authorization: `Bearer ${state.token}` }, cache: "no-store",
+      });
+      if (!response.ok) {
+        const body = await response.json().catch(() => null);
+        throw new ApiError(response.status, describeError(response.status, body));
+      }
+      const url = URL.createObjectURL(await response.blob());
+      const link = el("a", { href: url, download: path.split("/").pop() });
+      document.body.append(link);
+      link.click();
+      link.remove();
+      setTimeout(() => URL.revokeObjectURL(url), 60000);
+      button.closest("li").dataset.downloaded = "true";
+    } catch (err) {
+      showDetailError(`download of ${path} failed: ${err.message}`);
+    } finally {
+      button.disabled = false;
+    }
+  }
+
+  function fmtBytes(n) {
+    if (n < 1024) return `${n} B`;
+    if (n < 1 << 20) return `${fmtNum(n / 1024)} KB`;
+    if (n < 1 << 30) return `${fmtNum(n / (1 << 20))} MB`;
+    return `${fmtNum(n / (1 << 30))} GB`;
   }
 
   function renderDetail(job) {
@@ -583,6 +841,18 @@
       signIn(token);
     });
     $("logout").addEventListener("click", signOut);
+    $("submit-form").addEventListener("submit", submitManifest);
+    $("job-filters").addEventListener("submit", (event) => event.preventDefault());
+    $("filter-status").addEventListener("change", setFilters);
+    for (const id of ["filter-name", "filter-tenant"]) {
+      let timer = null;
+      $(id).addEventListener("input", () => { // typing settles before the listing is asked again
+        clearTimeout(timer);
+        timer = setTimeout(setFilters, 300);
+      });
+    }
+    $("page-older").addEventListener("click", olderPage);
+    $("page-newer").addEventListener("click", newerPage);
     $("refresh").addEventListener("click", refresh);
     $("detail-close").addEventListener("click", closeDetail);
     $("log-attempt").addEventListener("change", () => state.selected && loadDetail(state.selected));
