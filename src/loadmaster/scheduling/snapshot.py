@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -92,6 +93,39 @@ def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[n
     return copy
 
 
+class LazyJobs(Sequence[JobView]):
+    """A shell's queued jobs, copied into a tuple only if something iterates them: a shell that keeps its
+    queue in a Session hands decide() this instead of copying a long queue at every event. The shell must
+    not change the jobs the provider returns while decide() runs."""
+
+    __slots__ = ("_jobs", "_len", "_provider")
+
+    def __init__(self, provider: Callable[[], tuple[JobView, ...]], length: int) -> None:
+        self._provider = provider
+        self._len = length
+        self._jobs: tuple[JobView, ...] | None = None
+
+    def _all(self) -> tuple[JobView, ...]:
+        if self._jobs is None:
+            self._jobs = self._provider()
+        return self._jobs
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[JobView]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, i: int) -> JobView: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[JobView]: ...
+
+    def __getitem__(self, i: int | slice) -> JobView | Sequence[JobView]:
+        return self._all()[i]
+
+
 @dataclass(frozen=True)
 class Snapshot:
     clock: float
@@ -99,7 +133,7 @@ class Snapshot:
     free_gpus: npt.NDArray[np.float64]
     free_cpus: npt.NDArray[np.float64]
     free_mem: npt.NDArray[np.float64]
-    queued: tuple[JobView, ...]
+    queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
     running: tuple[JobView, ...]
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
@@ -131,7 +165,7 @@ class Snapshot:
         free_gpus: npt.NDArray[np.int64] | npt.NDArray[np.float64],
         free_cpus: npt.NDArray[np.float64],
         free_mem: npt.NDArray[np.float64],
-        queued: tuple[JobView, ...],
+        queued: Sequence[JobView],
         running: tuple[JobView, ...],
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
@@ -157,7 +191,7 @@ class Snapshot:
             free_gpus=_frozen(free_gpus),
             free_cpus=_frozen(free_cpus),
             free_mem=_frozen(free_mem),
-            queued=tuple(queued),
+            queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
             running=tuple(running),
             tenants=MappingProxyType(dict(tenants or {})),
             tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),

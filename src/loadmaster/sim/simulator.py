@@ -16,10 +16,10 @@ import numpy as np
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobStatus, check_transition
 from loadmaster.core.workload import Workload
-from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
@@ -104,7 +104,9 @@ class _Run:
         self.free_mem = sim.cluster.mem_capacity.copy()
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
-        # The views decide() sees, kept beside the live state so a snapshot is two C-level copies.
+        # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
+        # policy's order between decisions), the running jobs in a dict (a snapshot copies them).
+        self.session = Session(sim.policy, sim.placer)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         self.tenant_gpus: dict[str, int] = {}
@@ -195,31 +197,32 @@ class _Run:
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
         self.queued_views[live.view.job_id] = live.view
+        self.session.add(live.view)
 
     def dequeue(self, job_id: str) -> _Live:
         del self.queued_views[job_id]
+        self.session.remove(job_id)
         return self.queued.pop(job_id)
 
     def decide(self) -> Plan:
         self.decisions += 1
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
-            tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
+            self.session.queued, tuple(self.running_views.values()), self.sim.tenants,
             self.tenant_gpus, self.running_by_tenant, self.growable_views,
         )
         self.snap = snap
-        return decide(snap, self.sim.policy, self.sim.placer)
+        return self.session.decide(snap)
 
     def placer_wake(self, plan: Plan) -> float:
         """The earliest time the placer's answer for a job left waiting for locality changes with time
         alone (Placer.next_change_s). Decisions happen only on events, so without this wake-up such a job
         would wait for the next arrival or completion even after its wait relaxed."""
         wake = math.inf
-        for w in plan.waits:
-            if w.reason is WaitReason.LOCALITY_WAIT:
-                at = self.sim.placer.next_change_s(self.queued_views[w.job_id], self.snap)
-                if at is not None and at > self.clock:
-                    wake = min(wake, at)
+        for view in self.session.waiting_for(WaitReason.LOCALITY_WAIT):
+            at = self.sim.placer.next_change_s(view, self.snap)
+            if at is not None and at > self.clock:
+                wake = min(wake, at)
         return wake
 
     def growable_views(self) -> tuple[JobView, ...]:

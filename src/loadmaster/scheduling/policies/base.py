@@ -108,3 +108,21 @@ class Policy(ABC):
     def blocks_others(self, job: JobView) -> bool:
         """True if a job that cannot start should hold back every job ranked after it (strict order)."""
         return False
+
+    # -- keeping the order between decisions (scheduling.session.Session) ------------------------------
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        """The queued job's place in rank(), as a key that stays valid while it waits (until order_until):
+        rank() must be the queue sorted by (class_order, order_key), every key distinct (end with the job
+        id). A Session then keeps the queue sorted between decisions instead of ranking it at each one.
+        None (the default): no such key; a Session ranks the whole queue at every decision."""
+        return None
+
+    def class_order(self, snap: Snapshot, job: JobView) -> tuple[object, ...]:
+        """The part of the job's rank that every job of its decision class shares and that may change
+        between decisions (fair: its tenant's share of its quota). Asked once per class per decision."""
+        return ()
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        """Until when (clock) the queued job's order_key and decision_class stay what they are now, with
+        time alone; an earlier time than the exact one is allowed (the Session asks again then)."""
+        return float("inf")

@@ -50,6 +50,7 @@ on which the job itself runs fastest.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
@@ -180,6 +181,22 @@ class LasPolicy(KeyedPolicy):
             keyed.append((q, spec.submit_time_s, spec.job_id, j))
         keyed.sort(key=_RANK_KEY)
         return [k[3] for k in keyed]
+
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (self.queue(snap, job), job.spec.submit_time_s, job.spec.job_id)
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        """A waiting job's queue changes with time alone once: when it starves and is promoted."""
+        if self.starve_factor is None or not self.thresholds or job.allocation is not None:
+            return math.inf
+        if self.service(job, snap.clock) < self.thresholds[0] or self._starving(job, snap.clock - job.queued_since):
+            return math.inf  # in the first queue already, and a promoted job stays promoted while it waits
+        gpus = job.spec.gpus
+        executed = job.attained_gpu_s / gpus if gpus > 0 else 0.0
+        if executed <= 0:
+            return math.inf
+        at = job.queued_since + self.starve_factor * executed
+        return at - abs(at) * 1e-12 - 1e-9  # rounding must never put the promotion after this
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """May `victim` be displaced now? With max_loss_s, only once it has saved a checkpoint since it

@@ -88,6 +88,13 @@ class SrtfPolicy(KeyedPolicy):
         clock = snap.clock
         return sorted(snap.queued, key=lambda j: (j.remaining_at(clock), j.spec.submit_time_s, j.spec.job_id))
 
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (job.remaining_at(snap.clock), job.spec.submit_time_s, job.spec.job_id)
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        # A queued job makes no progress (rate 0): its remaining work stays put while it waits.
+        return float("inf") if job.rate == 0 else snap.clock
+
     def displaceable(self, snap: Snapshot, victim: JobView) -> float:
         """The remaining work a job must beat to displace `victim`: its own, less what preempting it costs."""
         # Runs for every running job whenever a preemption is tried, so the work is read once.
