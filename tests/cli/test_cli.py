@@ -102,7 +102,11 @@ def test_synth_analyze_convert_round_trip(tmp_path: Path) -> None:
         (["sim", "run", "--cluster", "4x"], "4x"),
         (["sim", "compare", "--retry", "sometimes"], "--retry"),
         (["trace", "synth", "--like", "helios", "--out", "x.csv"], "--like"),
-        (["trace", "synth", "--load", "0.5", "--out", "x.csv"], "--cluster-gpus"),
+        (["trace", "synth", "--load", "0.5", "--out", "x.csv"], "--cluster"),
+        (["trace", "synth", "--cluster-gpus", "8", "--out", "x.csv"], "--load"),
+        (["trace", "synth", "--cluster", "4x", "--out", "x.csv"], "4x"),
+        (["trace", "synth", "--cluster", "8x4", "--cluster-gpus", "8", "--load", "1", "--out", "x.csv"],
+         "--cluster-gpus"),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:
@@ -110,6 +114,17 @@ def test_bad_input_is_one_clear_line(args: list[str], expected: str, tmp_path: P
     assert code == 2, out
     assert expected in out
     assert "Traceback" not in out
+
+
+def test_synth_for_a_cluster_at_a_load_feeds_sim_run(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    code, out = invoke("trace", "synth", "--like", "philly", "--jobs", "300", "--cluster", "8x4", "--load", "1.3",
+                       "--seed", "5", "--out", str(w))
+    assert code == 0, out
+    assert "offered load 1.3" in out
+    summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "8x4", "--no-plots", "--out",
+                          str(tmp_path / "run"))
+    assert summary["jobs"] == 300 and summary["rejected"] == 0
 
 
 def test_malformed_trace_names_line_and_field(tmp_path: Path) -> None:
