@@ -546,9 +546,9 @@ def _build(profile: Profile, tenant: IntArray, gpus: IntArray, status_idx: IntAr
     cpu_per_gpu = np.array([m.cpus_per_gpu for m in profile.models])[family]
     mem_per_gpu = np.array([m.mem_gb_per_gpu for m in profile.models])[family]
     # A learner never asks for more than one server holds (it must fit somewhere).
-    if cluster is None:
-        server_cpus, server_mem = profile.server_cpus, profile.server_mem_gb
-    else:
+    server_cpus: float | FloatArray = profile.server_cpus
+    server_mem: float | FloatArray = profile.server_mem_gb
+    if cluster is not None:
         server_cpus, server_mem = _room_per_learner(cluster, gpl)
     cpus = np.minimum(cpu_per_gpu * gpl, server_cpus)
     mem = np.minimum(mem_per_gpu * gpl, server_mem)
