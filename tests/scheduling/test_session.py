@@ -147,3 +147,74 @@ def test_the_queue_is_not_copied_for_a_decision_a_sortable_policy_makes() -> Non
     session.decide(Snapshot.of_running(0.0, c, queued, ()))
     assert queued._jobs is None  # nobody iterated it
     assert len(queued) == 50
+
+
+def _carry_out(snap: Snapshot, plan: Plan, rng: random.Random) -> Snapshot:
+    """The snapshot after `plan`, at the same instant."""
+    clock = snap.clock
+    queued = {v.job_id: v for v in snap.queued}
+    running = {v.job_id: v for v in snap.running}
+    for p in plan.preempts:
+        view = running.pop(p.job_id)
+        queued[p.job_id] = JobView(view.spec, clock, view.attempt + 1, None, view.work_at(clock), 0.0, clock,
+                                   view.attained_at(clock), view.preemptions + 1)
+    for z in plan.resizes:
+        view = running[z.job_id]
+        running[z.job_id] = JobView(view.spec, view.queued_since, view.attempt, z.allocation, view.work_at(clock),
+                                    1.0, clock, view.attained_at(clock), view.preemptions, clock)
+    for r in plan.rejects:
+        del queued[r.job_id]
+    for s in plan.starts:
+        view = queued.pop(s.job_id)
+        running[s.job_id] = JobView(view.spec, view.queued_since, view.attempt, s.allocation, view.work_done_s,
+                                    rng.choice([1.0, 0.5, 1.7]), clock, view.attained_gpu_s, view.preemptions, clock)
+    return Snapshot.of_running(clock, snap.cluster, tuple(queued.values()), tuple(running.values()), snap.tenants)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from(["las", "las-het", "drf", "fifo", "srtf"]))
+def test_rounds_before_next_change_would_change_nothing(seed: int, policy: str) -> None:
+    """Once a decision changes nothing, every decision before the policy's next_change_s (and the Session's,
+    for promotions) changes nothing either, with time alone: the simulator counts those rounds unmade."""
+    rng = random.Random(seed)
+    cluster = _cluster(rng)
+    tenants = {t: TenantQuota(t, rng.randint(0, 8), rng.choice([None, 0, 4])) for t in "ABC"}
+    pol, placer = make_policy(policy), make_placer("pack")
+    clock = float(rng.randint(0, 10**5))
+    specs = [_spec(rng, i, 0.0) for i in range(rng.randint(1, 25))]
+    views = tuple(JobView(s, 0.0, work_done_s=rng.choice([0.0, 400.0]),
+                          attained_gpu_s=rng.choice([0.0, 0.0, 2000.0, 9000.0])) for s in specs)
+    snap = Snapshot.of_running(0.0, cluster, views, (), tenants)
+    # Run a while so that jobs hold GPUs with progress, checkpoints and service of their own.
+    for _ in range(rng.randint(1, 4)):
+        snap = _carry_out(snap, decide(snap, pol, placer), rng)
+        later = snap.clock + rng.choice([100.0, 900.0, 3000.0])
+        snap = Snapshot.of_running(later, cluster, snap.queued, snap.running, tenants)
+    snap = Snapshot.of_running(clock + snap.clock, cluster, snap.queued, snap.running, tenants)
+    session = Session(make_policy(policy), make_placer("pack"))
+    for v in snap.queued:
+        session.add(v)
+    first = session.decide(Snapshot.of_running(snap.clock, cluster, session.queued, snap.running, tenants))
+    settled = _carry_out(snap, first, rng)
+    for s in first.starts:
+        session.remove(s.job_id)
+    for r in first.rejects:
+        session.remove(r.job_id)
+    for p in first.preempts:
+        session.add(next(v for v in settled.queued if v.job_id == p.job_id))
+    quiet = session.decide(Snapshot.of_running(settled.clock, cluster, session.queued, settled.running, tenants))
+    if quiet.starts or quiet.preempts or quiet.resizes or quiet.rejects or quiet.waits:
+        return  # not a quiet state: nothing to check
+    reasons = {w.job_id: w.reason for w in decide(settled, make_policy(policy), placer).waits}
+    horizon = min(session.next_change_s(), make_policy(policy).next_change_s(settled, session.heads()))
+    for frac in (1e-6, 0.01, 0.3, 0.9, 0.999999):
+        if horizon == float("inf"):
+            at = settled.clock + 10**6 * frac
+        else:
+            at = settled.clock + (horizon - settled.clock) * frac
+        if at <= settled.clock or at >= horizon:
+            continue
+        again = decide(Snapshot.of_running(at, cluster, settled.queued, settled.running, tenants),
+                       make_policy(policy), placer)
+        assert not (again.starts or again.preempts or again.resizes or again.rejects), (policy, at, horizon)
+        assert {w.job_id: w.reason for w in again.waits} == reasons

@@ -237,6 +237,13 @@ class _Round:
         if not self.policy.preemptor(self.snap, self.gate, job):
             return reason
         free = self.free
+        if not self.gated:
+            # Walking the victims of a search that cannot free enough GPUs changes nothing but this memo.
+            bound = self.policy.releasable_gpus(self.snap, self.gate, job)
+            if bound is not None and free.total_gpus + bound + 1e-9 < need:
+                if key is not None:
+                    self.no_preempt[key] = free.version
+                return reason
         for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
             if victim.job_id in self.preempted or victim.job_id in self.resized:
                 continue

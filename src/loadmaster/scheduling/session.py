@@ -184,6 +184,12 @@ class Session:
             heapq.heappop(heap)  # the job left or was classified again since
         return float("inf")
 
+    def heads(self) -> list[JobView]:
+        """A queued job of each decision class (every queued job in full mode): who might act at all."""
+        if not self.incremental:
+            return list(self._jobs.values())
+        return [cls.views[0] for cls in self._classes.values()] + [self._jobs[j] for j in self._pending]
+
     def waiting_for(self, reason: WaitReason) -> list[JobView]:
         """The queued jobs whose last reason is `reason`."""
         if not self.incremental:

@@ -83,6 +83,12 @@ class Policy(ABC):
         are released, so may_preempt sees the gate as it changes."""
         return (v for v in victims() if self.may_preempt(snap, gate, job, v))
 
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        """At most how many GPUs displacing every job victim_candidates() may give `job` frees (None: not
+        known). decide() gives up on a displacement that cannot free enough GPUs without walking the
+        victims one by one, where the gate keeps no books (Gate itself)."""
+        return None
+
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
         """Lower keys are preempted first. Default: the most recently started (least work to lose)."""
         return (-(victim.started_at or 0.0),)
@@ -121,6 +127,16 @@ class Policy(ABC):
         """The part of the job's rank that every job of its decision class shares and that may change
         between decisions (fair: its tenant's share of its quota). Asked once per class per decision."""
         return ()
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """After a decision on `snap` that changed nothing (no action, no reason), the earliest clock at
+        which time alone could make this policy decide differently, for a shell that decides on a timer
+        (round_s) and may skip the rounds before it. `heads` holds a queued job of each decision class
+        (any job of a class may stand for it: decision_class() promises they are treated alike). An
+        earlier time than the exact one is allowed; a later one is a bug. Default: the snapshot's own
+        clock, i.e. no round may be skipped. Changes of a queued job's order are the Session's
+        (order_until), not this hook's."""
+        return snap.clock
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:
         """Until when (clock) the queued job's order_key and decision_class stay what they are now, with

@@ -24,6 +24,7 @@ amount; the gate only learns the GPU count); running jobs count what their alloc
 from __future__ import annotations
 
 import heapq
+import math
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import takewhile
 from typing import overload
@@ -36,6 +37,7 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.windows import next_window_s
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
 _EPS = 1e-12
@@ -263,6 +265,15 @@ class DrfPolicy(Policy):
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         assert isinstance(gate, DrfGate)
         return gate.within_entitlement(job)
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """Shares change only with events, so if no waiting class may displace anyone now, none may until
+        one; else displaceable jobs are added only when a running job completes a checkpoint."""
+        gate = self.gate(snap)
+        self._current = None  # a gate for this question only, not for the next rank()
+        if not any(gate.within_entitlement(h) for h in heads):
+            return math.inf
+        return next_window_s(snap.running, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as

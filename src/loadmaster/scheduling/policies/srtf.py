@@ -79,6 +79,7 @@ class SrtfPolicy(KeyedPolicy):
         self.restart_overhead_s = restart_overhead_s
         # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
         self._ranked: tuple[Snapshot, npt.NDArray[np.float64], list[int], Sequence[JobView]] | None = None
+        self._held_memo: tuple[Snapshot, npt.NDArray[np.float64]] | None = None
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
@@ -157,3 +158,18 @@ class SrtfPolicy(KeyedPolicy):
         neg_gains, order, jobs = self._by_gain(snap)
         k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
         return (jobs[i] for i in order[:k])
+
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        neg_gains, _, _ = self._by_gain(snap)
+        k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
+        return float(self._held(snap)[k])
+
+    def _held(self, snap: Snapshot) -> npt.NDArray[np.float64]:
+        """GPUs held by each prefix of the running jobs in _by_gain order (once per snapshot)."""
+        held = self._held_memo
+        if held is None or held[0] is not snap:
+            _, order, jobs = self._by_gain(snap)
+            gpus = np.fromiter((jobs[i].allocation.gpus for i in order  # type: ignore[union-attr]
+                                ), np.float64, len(order))
+            held = self._held_memo = (snap, np.concatenate(([0.0], np.cumsum(gpus))))
+        return held[1]
