@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import xml.etree.ElementTree as ET
 import subprocess
 import sys
 from pathlib import Path
@@ -45,8 +46,23 @@ def test_sim_run_on_the_bundled_sample_writes_every_output(tmp_path: Path) -> No
     assert 0 <= summary["gpu_utilization"] <= 1
     rows = list(csv.DictReader((tmp_path / "jobs.csv").open()))
     assert len(rows) == 600
-    for png in ("jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("jct_cdf", "queue_delay_cdf", "gpu_utilization"):  # SVG by default: no plotting library
+        svg = ET.parse(tmp_path / f"{name}.svg").getroot()
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+        assert svg.findall(".//{http://www.w3.org/2000/svg}polyline"), name  # the curve is there
+        assert "fair/pack" in (tmp_path / f"{name}.svg").read_text()  # and its legend
+
+
+def test_png_plots_on_request_and_none(tmp_path: Path) -> None:
+    code, out = invoke("sim", "run", "--trace", "sample:philly", "--cluster", "philly", "--plots", "png",
+                       "--out", str(tmp_path / "png"))
+    assert code == 0, out
+    for name in ("jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
+        assert (tmp_path / "png" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out = invoke("sim", "run", "--trace", "sample:philly", "--cluster", "philly", "--plots", "none",
+                       "--out", str(tmp_path / "none"))
+    assert code == 0, out
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["jobs.csv", "summary.json"]
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
@@ -57,7 +73,7 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
                             "classified", "--seed", "5", "--out", str(out))
         assert code == 0, text
         outs.append(out)
-    for name in ("jobs.csv", "jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
+    for name in ("jobs.csv", "jct_cdf.svg", "queue_delay_cdf.svg", "gpu_utilization.svg"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     a, b = (json.loads((o / "summary.json").read_text()) for o in outs)
     a.pop("wall_time_s")
@@ -76,7 +92,7 @@ def test_compare_writes_one_table_and_overlaid_plots(tmp_path: Path) -> None:
         summaries["fifo/pack/always"]["gpu_hours_failed_attempts"]
     table = (tmp_path / "comparison.md").read_text()
     assert "fifo/pack/always" in table and "avg_jct_s" in table
-    assert (tmp_path / "rho_cdf.png").exists() and (tmp_path / "fair_pack_classified" / "summary.json").exists()
+    assert (tmp_path / "rho_cdf.svg").exists() and (tmp_path / "fair_pack_classified" / "summary.json").exists()
 
 
 def test_synth_analyze_convert_round_trip(tmp_path: Path) -> None:
@@ -102,6 +118,7 @@ def test_synth_analyze_convert_round_trip(tmp_path: Path) -> None:
         (["sim", "run", "--cluster", "4x"], "4x"),
         (["sim", "compare", "--retry", "sometimes"], "--retry"),
         (["trace", "synth", "--like", "helios", "--out", "x.csv"], "--like"),
+        (["sim", "run", "--plots", "jpg"], "--plots"),
         (["trace", "synth", "--load", "0.5", "--out", "x.csv"], "--cluster"),
         (["trace", "synth", "--cluster-gpus", "8", "--out", "x.csv"], "--load"),
         (["trace", "synth", "--cluster", "4x", "--out", "x.csv"], "4x"),

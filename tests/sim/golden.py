@@ -89,7 +89,7 @@ def digests(case: Case) -> dict[str, str]:
                        RunOptions(policy=case.policy, placement=case.placement))
     with tempfile.TemporaryDirectory() as d:
         out = Path(d)
-        write_run(out, outcome, plots=False)
+        write_run(out, outcome, plots="none")
         summary = json.loads((out / "summary.json").read_text())
         summary.pop("wall_time_s")
         text = json.dumps(summary, indent=2, sort_keys=True) + "\n"
