@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import csv
 import json
-import xml.etree.ElementTree as ET
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
