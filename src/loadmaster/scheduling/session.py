@@ -32,8 +32,8 @@ from __future__ import annotations
 import heapq
 import itertools
 from bisect import bisect_left, bisect_right
-from collections.abc import Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
@@ -41,61 +41,19 @@ from loadmaster.scheduling.decide import _Round, decide
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, Reject, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
 
-Key = tuple[object, ...]
-_LOWEST: Key = ()  # below every order key (they are non-empty tuples)
 # Waiting reasons that let decide() grow elastic jobs (decide._Round.grows_elastic).
 _LETS_ELASTIC_GROW = (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT)
 
 
-@dataclass(eq=False)
-class _Class:
-    """The queued jobs of one alike key, in rank order, and the reason each run of them got last time.
-
-    `reasons` is piecewise constant over order keys: (key, reason) pairs sorted by key; a job's reason is
-    that of the last pair at or before its key. A job is never ranked before the first pair unless it
-    joined since (the Session reports those on their own)."""
-
-    ident: int
-    alike: object
-    keys: list[Key] = field(default_factory=list)
-    views: list[JobView] = field(default_factory=list)
-    reasons: list[tuple[Key, WaitReason]] = field(default_factory=list)
-    solo: str | None = None  # "reject" or "alone": a class of one job, answered on its own
-
-    def insert(self, key: Key, view: JobView) -> None:
-        i = bisect_left(self.keys, key)
-        self.keys.insert(i, key)
-        self.views.insert(i, view)
-
-    def delete(self, key: Key) -> None:
-        i = bisect_left(self.keys, key)
-        del self.keys[i]
-        del self.views[i]
-
-    def runs(self) -> Iterator[tuple[int, int, WaitReason]]:
-        """(first, end, reason) for each run of `reasons`, as positions in `keys`."""
-        runs = self.reasons
-        keys = self.keys
-        for i, (a, reason) in enumerate(runs):
-            hi = bisect_left(keys, runs[i + 1][0]) if i + 1 < len(runs) else len(keys)
-            yield bisect_left(keys, a), hi, reason
-
-    def reason_at(self, key: Key) -> WaitReason | None:
-        i = bisect_right(self.reasons, key, key=_first) - 1
-        return self.reasons[i][1] if i >= 0 else None
-
-
-def _first(pair: tuple[Key, WaitReason]) -> Key:
-    return pair[0]
-
-
 @dataclass(slots=True)
 class _Entry:
-    cls: _Class
+    cls: JobClass
     key: Key
     until: float
+    group: Group | None
 
 
 class Session:
@@ -107,10 +65,12 @@ class Session:
         self.incremental = (type(policy).order_key is not Policy.order_key and not placer.time_dependent_key)
         self._uses_class_order = type(policy).class_order is not Policy.class_order
         self._jobs: dict[str, JobView] = {}
+        self._tenants: dict[str, int] = {}  # queued jobs per tenant
         # Incremental mode: the classified jobs, their classes, and jobs to (re)classify at the next decision
         # with the reason they had before (None: never given one).
         self._entries: dict[str, _Entry] = {}
-        self._classes: dict[object, _Class] = {}
+        self._classes: dict[object, JobClass] = {}
+        self._groups: dict[object, Group] = {}  # for policies that rank by group (Policy.order_group)
         self._pending: dict[str, WaitReason | None] = {}
         self._until: list[tuple[float, int, str]] = []  # (order_until, seq, job id): jobs to re-key then
         self._seq = itertools.count()
@@ -131,9 +91,17 @@ class Session:
     def __contains__(self, job_id: object) -> bool:
         return job_id in self._jobs
 
+    def queued_tenants(self) -> list[str]:
+        """Tenants with a queued job (a Snapshot.build provider)."""
+        return list(self._tenants)
+
     def add(self, view: JobView) -> None:
         """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
         job_id = view.job_id
+        old = self._jobs.get(job_id)
+        if old is not None:
+            self._count_tenant(old.spec.tenant, -1)
+        self._count_tenant(view.spec.tenant, 1)
         self._jobs[job_id] = view
         if self.incremental:
             self._pending[job_id] = self._detach(job_id)
@@ -144,7 +112,16 @@ class Session:
             self._detach(job_id)
         else:
             self._reason.pop(job_id, None)
-        self._jobs.pop(job_id, None)
+        view = self._jobs.pop(job_id, None)
+        if view is not None:
+            self._count_tenant(view.spec.tenant, -1)
+
+    def _count_tenant(self, tenant: str, change: int) -> None:
+        n = self._tenants.get(tenant, 0) + change
+        if n:
+            self._tenants[tenant] = n
+        else:
+            del self._tenants[tenant]
 
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""
@@ -163,6 +140,14 @@ class Session:
         cls.delete(entry.key)
         if not cls.keys:
             del self._classes[cls.alike]
+        group = entry.group
+        if group is not None:
+            group.delete(entry.key)
+            group.classes[cls] -= 1
+            if not group.classes[cls]:
+                del group.classes[cls]
+            if not group.keys:
+                del self._groups[cls.group]
         return reason
 
     # -- deciding -----------------------------------------------------------------------------------------
@@ -215,6 +200,9 @@ class Session:
             known.pop(r.job_id, None)
         return Plan(plan.starts, plan.preempts, plan.resizes, plan.rejects, tuple(changed))
 
+    def _entries_class(self, job_id: str) -> JobClass:
+        return self._entries[job_id].cls
+
     # -- classes ------------------------------------------------------------------------------------------
     def _classify(self, rnd: _Round, job_id: str) -> None:
         """Put a pending job into its class (a class of its own if it is rejected or answered alone)."""
@@ -230,12 +218,21 @@ class Session:
                 alike = ("alone", job_id)
         cls = self._classes.get(alike)
         if cls is None:
-            cls = self._classes[alike] = _Class(next(self._ident), alike)
+            cls = self._classes[alike] = JobClass(next(self._ident), alike)
             if isinstance(alike, tuple) and alike and alike[0] in ("reject", "alone") and alike[1] == job_id:
                 cls.solo = str(alike[0])
         cls.insert(key, view)
+        group = None
+        name = self.policy.order_group(snap, view)
+        if name is not None:
+            cls.group = name
+            group = self._groups.get(name)
+            if group is None:
+                group = self._groups[name] = Group()
+            group.insert(key, view)
+            group.classes[cls] = group.classes.get(cls, 0) + 1
         until = self.policy.order_until(snap, view)
-        self._entries[job_id] = _Entry(cls, key, until)
+        self._entries[job_id] = _Entry(cls, key, until, group)
         if until != float("inf"):
             heapq.heappush(self._until, (until, next(self._seq), job_id))
 
@@ -252,6 +249,45 @@ class Session:
             self._pending[job_id] = self._detach(job_id)
 
 
+class _HeadsOrder:
+    """The WalkOrder of a policy whose ranking is (class order, order key): a merge over the heads of the
+    classes (a heap), where a class answered since the last start leaves the merge until the next start,
+    then resumes at its first job ranked after the one that started."""
+
+    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key]) -> None:
+        self.class_order = class_order
+        self.cursor: dict[JobClass, int] = {}
+        self.heap: list[tuple[Key, Key, int, JobClass]] = []
+        for cls in classes:
+            self.cursor[cls] = 0
+            self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
+        heapq.heapify(self.heap)
+        self.answered_since: list[JobClass] = []  # classes answered since the last start
+
+    def next(self) -> tuple[JobClass, int, Key, Key] | None:
+        if not self.heap:
+            return None
+        rank, key, _, cls = heapq.heappop(self.heap)
+        return cls, self.cursor[cls], rank, key
+
+    def answered(self, cls: JobClass) -> None:
+        self.answered_since.append(cls)
+
+    def started(self, cls: JobClass, i: int, rank: Key, key: Key) -> None:
+        heap = self.heap
+        self.cursor[cls] = i + 1
+        if i + 1 < len(cls.keys):
+            heapq.heappush(heap, (rank, cls.keys[i + 1], cls.ident, cls))
+        for other in self.answered_since:
+            if self.class_order(other) != rank:
+                continue  # all its jobs rank before this one
+            j = bisect_right(other.keys, key)
+            if j < len(other.keys):
+                self.cursor[other] = j
+                heapq.heappush(heap, (rank, other.keys[j], other.ident, other))
+        self.answered_since.clear()
+
+
 class _Walk:
     """One incremental decision: the merge over classes, the reasons it finds, and the plan."""
 
@@ -263,8 +299,8 @@ class _Walk:
         self.rejects: list[Reject] = []
         self.leaving: set[str] = set()  # started or rejected in this plan
         # Per class visited: the reasons found, as (key, reason) runs in rank order.
-        self.found: dict[_Class, list[tuple[Key, WaitReason]]] = {}
-        self.order: dict[_Class, tuple[object, ...]] = {}
+        self.found: dict[JobClass, list[tuple[Key, WaitReason]]] = {}
+        self.order: dict[JobClass, tuple[object, ...]] = {}
 
     def run(self) -> Plan:
         session = self.session
@@ -279,30 +315,25 @@ class _Walk:
             rnd.grow_elastic()
         return rnd.plan(self.rejects, waits)
 
-    def _class_order(self, cls: _Class) -> tuple[object, ...]:
+    def _class_order(self, cls: JobClass) -> Key:
         order = self.order.get(cls)
         if order is None:
             order = self.order[cls] = (self.session.policy.class_order(self.snap, cls.views[0])
                                        if self.session._uses_class_order else ())
         return order
 
-    def _walk(self) -> tuple[tuple[object, ...], Key] | None:
-        """Visit class heads in rank order. Returns where a strict policy stopped (class order, key), or
-        None if every class was answered."""
+    def _walk(self) -> tuple[Key, Key] | None:
+        """Answer the jobs the order hands out, one per class between starts. Returns where a strict policy
+        stopped (class order, key), or None if every class was answered."""
         rnd = self.rnd
-        policy = self.session.policy
+        session = self.session
+        policy = session.policy
         strict = policy.blocks_others
         may_block = type(policy).blocks_others is not Policy.blocks_others
-        cursor: dict[_Class, int] = {}
-        heap: list[tuple[tuple[object, ...], Key, int, _Class]] = []
-        for cls in self.session._classes.values():
-            cursor[cls] = 0
-            heap.append((self._class_order(cls), cls.keys[0], cls.ident, cls))
-        heapq.heapify(heap)
-        answered: list[_Class] = []  # classes answered since the last start
-        while heap:
-            order, key, _, cls = heapq.heappop(heap)
-            i = cursor[cls]
+        order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class)
+        walk: WalkOrder = order if order is not None else _HeadsOrder(session._classes.values(), self._class_order)
+        while (step := walk.next()) is not None:
+            cls, i, rank, key = step
             view = cls.views[i]
             if cls.solo == "reject":
                 why = rnd.why_never(view)
@@ -313,33 +344,22 @@ class _Walk:
             result, placed = rnd.attempt(view)
             if isinstance(result, Allocation):
                 self.leaving.add(view.job_id)
-                cursor[cls] = i + 1
-                if i + 1 < len(cls.keys):
-                    heapq.heappush(heap, (order, cls.keys[i + 1], cls.ident, cls))
-                # Classes answered before this start resume at their first job ranked after it.
-                for other in answered:
-                    if self._class_order(other) != order:
-                        continue  # all its jobs rank before this one
-                    j = bisect_right(other.keys, key)
-                    if j < len(other.keys):
-                        cursor[other] = j
-                        heapq.heappush(heap, (order, other.keys[j], other.ident, other))
-                answered.clear()
+                walk.started(cls, i, rank, key)
                 continue
             runs = self.found.get(cls)
             if runs is None:
                 # The first job visited is the class's first: its run covers everything before it too, so
                 # it starts at () (below every key) and stays equal from one decision to the next.
-                self.found[cls] = [(_LOWEST, result)]
+                self.found[cls] = [(LOWEST, result)]
             else:
                 runs.append((key, result))
             if cls.solo is None:
-                answered.append(cls)
+                walk.answered(cls)
             if placed and may_block and strict(view):
-                return order, key
+                return rank, key
         return None
 
-    def _changes(self, blocked: tuple[tuple[object, ...], Key] | None, new_ids: list[str]) -> list[Wait]:
+    def _changes(self, blocked: tuple[Key, Key] | None, new_ids: list[str]) -> list[Wait]:
         """The Waits of jobs whose reason differs from their last one; each class keeps its new runs."""
         session = self.session
         pending = session._pending
@@ -349,11 +369,11 @@ class _Walk:
             if blocked is not None:
                 order = self._class_order(cls)
                 if order > blocked[0]:
-                    runs = [(_LOWEST, WaitReason.LOWER_PRIORITY)]
+                    runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
                 elif order == blocked[0]:
                     j = bisect_right(cls.keys, blocked[1])
                     if j == 0:
-                        runs = [(_LOWEST, WaitReason.LOWER_PRIORITY)]
+                        runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
                     elif j < len(cls.keys):
                         runs = [*runs, (cls.keys[j], WaitReason.LOWER_PRIORITY)]
             if runs != cls.reasons:
@@ -370,7 +390,7 @@ class _Walk:
                 waits.append(Wait(job_id, now))
         return waits
 
-    def _diff(self, cls: _Class, old: list[tuple[Key, WaitReason]], new: list[tuple[Key, WaitReason]],
+    def _diff(self, cls: JobClass, old: list[tuple[Key, WaitReason]], new: list[tuple[Key, WaitReason]],
               waits: list[Wait]) -> None:
         """Waits for the jobs of `cls` (other than new ones and those leaving) whose run changed reason."""
         pending = self.session._pending
@@ -378,8 +398,8 @@ class _Walk:
         bounds = sorted({k for k, _ in old} | {k for k, _ in new})
         keys = cls.keys
         for a, b in zip(bounds, [*bounds[1:], None], strict=True):
-            before = _reason_at(old, a)
-            now = _reason_at(new, a)
+            before = reason_at(old, a)
+            now = reason_at(new, a)
             if before is now or now is None:
                 continue
             lo = bisect_left(keys, a)
@@ -399,8 +419,5 @@ class _Walk:
         return True
 
 
-def _reason_at(runs: list[tuple[Key, WaitReason]], key: Key) -> WaitReason | None:
-    i = bisect_right(runs, key, key=_first) - 1
-    return runs[i][1] if i >= 0 else None
 
 

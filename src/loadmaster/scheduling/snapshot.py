@@ -150,6 +150,14 @@ class Snapshot:
         return MappingProxyType({t: tuple(js) for t, js in groups.items()})
 
     @cached_property
+    def queued_tenants(self) -> frozenset[str]:
+        """Tenants with a queued job (from the queue, or the shell's provider if it gave one)."""
+        provider = self.__dict__.get("_queued_tenants_provider")
+        if provider is not None:
+            return frozenset(provider())
+        return frozenset(j.spec.tenant for j in self.queued)
+
+    @cached_property
     def running_elastic(self) -> tuple[JobView, ...]:
         """Running elastic jobs (computed on first use, by the shell's provider if it gave one)."""
         provider = self.__dict__.get("_running_elastic_provider")
@@ -171,6 +179,7 @@ class Snapshot:
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
         running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
+        queued_tenants: Callable[[], Iterable[str]] | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -200,6 +209,8 @@ class Snapshot:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
         if running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic
+        if queued_tenants is not None:
+            snap.__dict__["_queued_tenants_provider"] = queued_tenants
         return snap
 
     @classmethod

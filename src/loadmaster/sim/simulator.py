@@ -243,7 +243,7 @@ class _Run:
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
             self.session.queued, tuple(self.running_views.values()), self.sim.tenants,
-            self.tenant_gpus, self.running_by_tenant, self.growable_views,
+            self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
         )
         self.snap = snap
         return self.session.decide(snap)

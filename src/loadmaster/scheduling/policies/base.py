@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import ClassVar
 
+from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 
@@ -137,6 +138,17 @@ class Policy(ABC):
         clock, i.e. no round may be skipped. Changes of a queued job's order are the Session's
         (order_until), not this hook's."""
         return snap.clock
+
+    def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        """The group whose jobs a walk_order() takes in order_key order (DRF: the tenant); None: no groups."""
+        return None
+
+    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group],
+                   class_of: Callable[[str], JobClass]) -> WalkOrder | None:
+        """The queue in this policy's order for one Session decision, when it is not (class_order,
+        order_key): DRF's progressive filling re-ranks tenants as their jobs start. `groups` are the queued
+        jobs by order_group, `class_of` a job id's class. None (the default): the Session merges classes."""
+        return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:
         """Until when (clock) the queued job's order_key and decision_class stay what they are now, with
