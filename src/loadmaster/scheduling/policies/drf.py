@@ -168,6 +168,35 @@ class DrfGate(Gate):
         return Admission.GUARANTEED
 
 
+# A tenant's entry in the progressive-filling heap: (tier, weighted share, submit time of its next job,
+# tenant, position of that job in its queue).
+_Entry = tuple[int, float, float, str, int]
+
+
+def _current_top(heap: list[_Entry], share: Callable[[str], tuple[int, float]]) -> _Entry | None:
+    """The top entry once it is current (None if the heap is empty). An entry goes stale when its tenant's
+    usage changes (a start, or a victim released) and is refreshed when it reaches the top. A tenant's
+    share can only fall while it is not on top (victims), so a stale entry is offered late at worst,
+    never early."""
+    while heap:
+        top = heap[0]
+        now = share(top[3])
+        if now[0] == top[0] and now[1] == top[1]:
+            return top
+        heapq.heapreplace(heap, (now[0], now[1], top[2], top[3], top[4]))
+    return None
+
+
+def _replace_top(heap: list[_Entry], entry: _Entry) -> None:
+    """The top tenant's entry for its next job. Still no larger than both children (its share did not grow:
+    nothing started), the heap stays a heap with the entry in place, no sifting; else the usual replace."""
+    n = len(heap)
+    if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
+        heap[0] = entry
+    else:
+        heapq.heapreplace(heap, entry)
+
+
 class _ProgressiveOrder(Sequence[JobView]):
     """Queued jobs in progressive-filling order, computed lazily: iterating asks the gate for the current
     shares, so a tenant whose job decide() has just started drops back. Iterate it once; indexing gives
@@ -184,18 +213,10 @@ class _ProgressiveOrder(Sequence[JobView]):
     def __iter__(self) -> Iterator[JobView]:
         share = self.gate.share
         by_tenant = self.by_tenant
-        # (tier, weighted share, submit time of the tenant's next job, tenant, index of that job). An
-        # entry goes stale when its tenant's usage changes (a start, or a victim released) and is
-        # refreshed when it reaches the top. A tenant's share can only fall while it is not on top
-        # (victims), so a stale entry is offered late at worst, never early.
-        heap = [(*share(t), js[0].spec.submit_time_s, t, 0) for t, js in by_tenant.items()]
+        heap: list[_Entry] = [(*share(t), js[0].spec.submit_time_s, t, 0) for t, js in by_tenant.items()]
         heapq.heapify(heap)
-        while heap:
-            tier, level, _, t, i = top = heap[0]
-            now = share(t)
-            if now[0] != tier or now[1] != level:
-                heapq.heapreplace(heap, (*now, top[2], t, i))
-                continue
+        while (top := _current_top(heap, share)) is not None:
+            _, _, _, t, i = top
             jobs = by_tenant[t]
             yield jobs[i]
             i += 1
@@ -203,14 +224,7 @@ class _ProgressiveOrder(Sequence[JobView]):
                 heapq.heappop(heap)
                 continue
             now = share(t)
-            entry = (now[0], now[1], jobs[i].spec.submit_time_s, t, i)
-            n = len(heap)
-            # Still no larger than both children (the tenant's share did not grow: nothing started): the
-            # heap stays a heap with the entry in place, no sifting. Else the usual replace.
-            if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
-                heap[0] = entry
-            else:
-                heapq.heapreplace(heap, entry)
+            _replace_top(heap, (now[0], now[1], jobs[i].spec.submit_time_s, t, i))
 
     def __len__(self) -> int:
         return self._len
@@ -239,7 +253,7 @@ class _SkippingProgressiveOrder:
         self.share = gate.share
         self.groups = groups
         self.class_of = class_of
-        self.heap: list[tuple[int, float, float, str, int]] = [
+        self.heap: list[_Entry] = [
             (*gate.share(str(t)), _submit(g.keys[0]), str(t), 0) for t, g in groups.items()]
         heapq.heapify(self.heap)
         self.answered_since: set[JobClass] = set()
@@ -253,16 +267,11 @@ class _SkippingProgressiveOrder:
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         heap = self.heap
-        share = self.share
         if self.handed is not None:
             self._after(*self.handed)
             self.handed = None
-        while heap:
-            tier, level, _, t, i = top = heap[0]
-            now = share(t)
-            if now[0] != tier or now[1] != level:
-                heapq.heapreplace(heap, (*now, top[2], t, i))
-                continue
+        while (top := _current_top(heap, self.share)) is not None:
+            tier, level, _, t, i = top
             group = self.groups[t]
             p = self._first_unanswered(group, i)
             if p > i:
@@ -290,12 +299,7 @@ class _SkippingProgressiveOrder:
             heapq.heappop(heap)
             return
         now = self.share(t)
-        entry = (now[0], now[1], _submit(group.keys[i]), t, i)
-        n = len(heap)
-        if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
-            heap[0] = entry
-        else:
-            heapq.heapreplace(heap, entry)
+        _replace_top(heap, (now[0], now[1], _submit(group.keys[i]), t, i))
 
     def _first_unanswered(self, group: Group, i: int) -> int:
         """The first position at or after i in the tenant's queue whose class has not been answered."""
@@ -310,7 +314,7 @@ class _SkippingProgressiveOrder:
                 first = min(first, bisect_left(group.keys, cls.keys[j]))
         return first
 
-    def _stays_on_top(self, group: Group, i: int, top: tuple[int, float, float, str, int]) -> int:
+    def _stays_on_top(self, group: Group, i: int, top: _Entry) -> int:
         """The first position after i whose entry would be larger than a child of the top (the tenant then
         leaves the top), or the queue's length."""
         heap = self.heap
