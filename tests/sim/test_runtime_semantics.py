@@ -4,12 +4,14 @@ an image job up; fewer slow it down."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
 from loadmaster.core.job import Allocation, JobSpec
-from loadmaster.core.profiles import PROFILES, cpu_speed, max_cpu_speed
+from loadmaster.core.profiles import PROFILES, cpu_speed, family_of, max_cpu_speed
 from loadmaster.scheduling import make_placer, make_policy
 from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement import PLACERS
@@ -118,3 +120,28 @@ def test_cpu_speed_is_one_at_the_request_monotone_and_bounded(model: str, gpus: 
         assert cpu_speed(model, gpus, requested, requested) == pytest.approx(1.0)
     if given_cpus > 0:  # 0 CPUs given means no CPU accounting at all (speed 1), not a starved learner
         assert cpu_speed(model, gpus, requested, given_cpus + 1.0) >= speed - 1e-12
+
+
+def test_a_family_is_found_once_per_model_but_its_profile_read_each_time() -> None:
+    """family_of caches which family a model name is in, not the numbers: replacing a profile (what
+    bench/results_synergy.py --what-if does) takes effect at once."""
+    original = PROFILES["image"]
+    assert family_of("ResNet-18") is original
+    PROFILES["image"] = dataclasses.replace(original, cpus_per_gpu=9.0)
+    try:
+        assert family_of("ResNet-18").cpus_per_gpu == 9.0
+    finally:
+        PROFILES["image"] = original
+    assert family_of("ResNet-18") is original
+
+
+def test_a_snapshot_without_copies_is_read_only_and_sees_the_shells_arrays() -> None:
+    c = cluster(4, 4)
+    free = c.gpu_capacity.astype(float)
+    snap = Snapshot.build(0.0, c, free, c.cpu_capacity.astype(float), c.mem_capacity.astype(float), (), (),
+                          copy=False)
+    with pytest.raises(ValueError):
+        snap.free_gpus[0] = 0.0
+    free[0] = 1.0  # a shell that changes its arrays only once done with the snapshot
+    assert snap.free_gpus[0] == 1.0
+    assert Snapshot.build(0.0, c, free, c.cpu_capacity, c.mem_capacity, (), ()).free_gpus is not free

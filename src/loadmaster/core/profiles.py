@@ -7,6 +7,7 @@ The numbers and their sources: docs/performance-model.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,10 +96,17 @@ def max_cpu_speed(model: str, gpus_per_learner: int, requested: float) -> float:
 
 
 def family_of(model: str) -> ModelProfile:
+    return PROFILES[_family_name(model)]
+
+
+@lru_cache(maxsize=4096)
+def _family_name(model: str) -> str:
+    """The family a model name belongs to. Cached by name (the simulator asks at every start); the
+    profile itself is looked up afresh each time, so PROFILES stays the one source of the numbers."""
     name = model.strip().lower()
     for prefix, family in _PREFIXES:
         if name.startswith(prefix):
-            return PROFILES[family]
-    return PROFILES["generic"]
+            return family
+    return "generic"
 
 

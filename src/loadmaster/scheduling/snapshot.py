@@ -87,10 +87,12 @@ def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
     return gpus, cpus, mem
 
 
-def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    copy = np.array(a, dtype=np.float64)
-    copy.flags.writeable = False
-    return copy
+def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64], copy: bool = True) -> npt.NDArray[np.float64]:
+    """A read-only float array of `a`: a copy, or (copy=False, `a` already float) a read-only view."""
+    out: npt.NDArray[np.float64] = (np.array(a, dtype=np.float64) if copy or a.dtype != np.float64
+                                    else a.view(np.float64))
+    out.flags.writeable = False
+    return out
 
 
 class LazyJobs(Sequence[JobView]):
@@ -180,6 +182,7 @@ class Snapshot:
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
         running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
+        copy: bool = True,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -187,6 +190,8 @@ class Snapshot:
         incrementally; they must agree with `running` (they are derived from it when omitted).
         running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
         that never asks costs nothing; the shell must not change its state while decide() runs.
+        copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
+        changes them only after it is done with the snapshot (the simulator, at every event).
         """
         if tenant_gpus is None:
             usage: dict[str, int] = {}
@@ -197,9 +202,9 @@ class Snapshot:
         snap = cls(
             clock=clock,
             cluster=cluster,
-            free_gpus=_frozen(free_gpus),
-            free_cpus=_frozen(free_cpus),
-            free_mem=_frozen(free_mem),
+            free_gpus=_frozen(free_gpus, copy),
+            free_cpus=_frozen(free_cpus, copy),
+            free_mem=_frozen(free_mem, copy),
             queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
             running=tuple(running),
             tenants=MappingProxyType(dict(tenants or {})),

@@ -244,6 +244,7 @@ class _Run:
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
             self.session.queued, tuple(self.running_views.values()), self.sim.tenants,
             self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
+            copy=False,  # the free arrays change only when the plan is carried out, after decide()
         )
         self.snap = snap
         return self.session.decide(snap)
