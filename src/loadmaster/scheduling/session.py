@@ -16,15 +16,18 @@ How a shell uses it (the simulator does; the control loop can do the same):
   changed queued view such as a scale request), `remove(job_id)` when it leaves (started, rejected,
   cancelled). Running jobs, capacity and quotas come with each snapshot as before.
 - `decide(snapshot)` with a snapshot whose `queued` is `session.queued` (a LazyJobs: nothing copies the
-  queue unless a policy iterates it). Apply the plan; a Wait in it is a *change* of reason.
+  queue unless a policy iterates it) and `queued_tenants=session.queued_tenants`. Apply the plan; a Wait
+  in it is a *change* of reason.
 - `tenants_changed()` after quotas change (a tenant's jobs may become impossible or possible).
-- `next_change_s(snapshot)`: the earliest clock at which time alone can change the answer for a queued
-  job whose order changes with time (LAS promotions); a shell that decides on a timer may skip rounds
-  before it when nothing else happened (the policy says the same for running jobs: Policy.next_change_s).
+- `next_change_s()`: the earliest clock at which time alone can change a queued job's order or class
+  (LAS promotions); with Policy.next_change_s(snapshot, session.heads()) for the running jobs, a shell
+  that decides on a timer may skip the rounds before it once a plan changed nothing.
 
-Policies that keep no order between decisions (order_key None: drf, themis) and placers whose cache key
-changes with time (locality) run through the same interface in *full* mode: decide() on the whole queue,
-and a Wait for every job whose reason changed, found by comparing all of them.
+A policy that ranks by something other than (class order, order key) gives its own walk (walk_order:
+DRF's progressive filling, queue_index.WalkOrder). Policies that keep no order between decisions
+(order_key None: themis) and placers whose cache key changes with time (locality) run through the same
+interface in *full* mode: decide() on the whole queue, and a Wait for every job whose reason changed,
+found by comparing all of them.
 """
 
 from __future__ import annotations
