@@ -1,4 +1,4 @@
-"""Simulator benchmarks of issues 2 and 3: wall time (whole process), CPU time and peak memory per scenario.
+"""Simulator benchmarks of issues 2, 3 and 9: wall time (whole process), CPU time and peak memory per scenario.
 
     .venv/bin/python bench/bench_sim.py            # all scenarios
     .venv/bin/python bench/bench_sim.py gavel      # the ones whose name contains 'gavel'
@@ -12,6 +12,10 @@ loading, simulating and writing every output), measured by the parent; `cpu_s` i
 time (on a shared machine, what the run costs; wall_s grows with whatever else runs); `peak_rss_mb` its
 ru_maxrss; `sim_s` the simulation alone (`wall_time_s` in summary.json). Targets: `target_s` applies to
 wall_s, `target_sim_s` to sim_s (issue 3's Gavel figure is about the simulation), `target_mb` to memory.
+Issue 9: Gavel's 1,000 jobs on its 108-GPU cluster in at most 0.5 s for the whole process, plots included
+(SVG, the default), every policy; 117,000 Philly-like jobs on Philly's machine list in at most 5 s, every
+policy (`meets_cpu` compares the CPU time with the same target, as the wall time on a shared machine
+grows with whatever else runs).
 """
 
 from __future__ import annotations
@@ -28,7 +32,6 @@ GAVEL_CLUSTER = "9x4:v100,9x4:p100,9x4:k80"
 PHILLY = SHARED / "philly" / "philly_sample_cluster_job_log.json"
 ALIBABA = SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
 POLICIES = ("fifo", "fifo-strict", "fair", "srtf", "las", "las-het", "priority", "drf", "themis")
-GAVEL_ISSUE3 = ("las", "themis", "las-het")  # issue 3's heterogeneity-aware figure: 0.5 s of simulation each
 
 Scenario = tuple[str, list[str], dict[str, Any]]
 
@@ -37,14 +40,14 @@ def scenarios(tmp: Path) -> list[Scenario]:
     synth = tmp / "philly_like_117k.csv"
     sim = [*LOADMASTER, "sim", "run", "--json"]
     gavel = [*sim, "--trace", str(GAVEL), "--cluster", GAVEL_CLUSTER]
-    out: list[Scenario] = [
-        ("gavel-1000 fifo", [*gavel, "--policy", "fifo", "--out", str(tmp / "g1")], {"target_s": 0.5}),
+    out: list[Scenario] = [(f"gavel-1000 {p}", [*gavel, "--policy", p, "--out", str(tmp / f"g-{p}")],
+                            {"target_s": 0.5}) for p in POLICIES]
+    out += [
         ("gavel-1000 fifo --no-plots", [*gavel, "--policy", "fifo", "--no-plots", "--out", str(tmp / "g2")],
          {"target_s": 0.5}),
-        ("gavel-1000 fair", [*gavel, "--policy", "fair", "--out", str(tmp / "g3")], {}),
+        ("gavel-1000 fifo --plots png", [*gavel, "--policy", "fifo", "--plots", "png", "--out", str(tmp / "g3")],
+         {}),
     ]
-    out += [(f"gavel-1000 {p} --no-plots", [*gavel, "--policy", p, "--no-plots", "--out", str(tmp / f"g-{p}")],
-             {"target_sim_s": 0.5}) for p in GAVEL_ISSUE3]
     out += [
         ("philly-sample-4206 fifo", [*sim, "--trace", str(PHILLY), "--cluster", "philly", "--policy", "fifo",
                                      "--out", str(tmp / "p1")], {"target_s": 5.0}),
@@ -57,7 +60,7 @@ def scenarios(tmp: Path) -> list[Scenario]:
     ]
     out += [(f"philly-like-117k {p} --no-plots", [*sim, "--trace", str(synth), "--cluster", "philly", "--policy", p,
                                                   "--no-plots", "--out", str(tmp / f"s-{p}")],
-             {"target_s": 30.0, "target_mb": 2048}) for p in POLICIES]
+             {"target_s": 5.0, "target_mb": 2048}) for p in POLICIES]
     return out
 
 
@@ -84,6 +87,7 @@ def main(selector: str = "") -> None:
                 row["sim_s"] = row.pop("wall_time_s")
             if "target_s" in targets:
                 row["meets_time"] = m.wall_s <= targets["target_s"]
+                row["meets_cpu"] = m.cpu_s <= targets["target_s"]
             if "target_sim_s" in targets:
                 row["meets_time"] = row.get("sim_s", float("inf")) <= targets["target_sim_s"]
             if "target_mb" in targets:
@@ -92,7 +96,8 @@ def main(selector: str = "") -> None:
             print(f"{name}: wall {m.wall_s:.2f} s, cpu {m.cpu_s:.2f} s, sim {row.get('sim_s', float('nan')):.2f} s, "
                   f"{m.peak_rss_mb:.0f} MB", flush=True)
     print()
-    print_table(rows, ["scenario", "wall_s", "cpu_s", "sim_s", "peak_rss_mb", "meets_time", "meets_mem", "jobs",
+    print_table(rows, ["scenario", "wall_s", "cpu_s", "sim_s", "peak_rss_mb", "meets_time", "meets_cpu", "meets_mem",
+                       "jobs",
                        "avg_jct_s", "preemptions"])
     stem = "sim" if not selector else f"sim-{''.join(c if c.isalnum() else '-' for c in selector)}"
     print(f"wrote {write_results(stem, rows)}")

@@ -6,7 +6,8 @@
 The workload is bench/workload_synergy.py's (ResNet-18 image jobs and Transformer language jobs, 2,000 jobs,
 requests at the proportional share) on `--cluster 16x8` (Synergy's server: 8 GPUs, 24 CPUs, 500 GB), FIFO.
 Besides the summaries, each row splits the average JCT into running time and waiting, per family: how much
-slower than `duration_s` (its runtime with the CPU want met) a family's jobs ran (`stretch`).
+slower than `duration_s` (its runtime at its request, the proportional share) a family's jobs ran (`stretch`;
+below 1 where synergy gave them more CPUs than they asked for).
 
 `--what-if` repeats the image-share 0.5 runs with the image family's profile replaced, in this process only,
 by Synergy's own ResNet-18 numbers (9 CPUs per GPU; 2.4x faster at 9 CPUs than at the proportional 3, from

@@ -11,8 +11,10 @@ cpu_sensitivity 0.9) and Transformer (language family: wants 1.5, sensitivity 0.
   `trace synth`);
 - request: the GPU-proportional share of that server (3 CPUs and 62.5 GB per GPU), what a user who does
   not know better asks for; pack honours it, proportional gives the same, synergy replaces it;
-- duration (alone, CPU want met): lognormal, median 1 h, sigma 1.0, clipped to [5 min, 24 h];
-- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time at full speed (default 0.8);
+- duration (alone, at the request: the proportional share): lognormal, median 1 h, sigma 1.0, clipped to
+  [5 min, 24 h] (docs/performance-model.md: a recorded runtime is the runtime at the request);
+- arrivals: Poisson, at the rate that offers `--load` of the cluster's GPU-time at the requested CPUs
+  (default 0.8);
 - `--single-gpu`: every job has 1 GPU, as in Synergy's own simulations (msr-fiddle/synergy
   `simulator/helpers/parse_philly_trace_full.py` sets `gpu_demand = 1` unless `multigpu`, and its runner's
   default is `multigpu=False`). The sizes are still drawn, so the other draws match the default workload's.

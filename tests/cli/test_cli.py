@@ -6,6 +6,7 @@ import csv
 import json
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
 
 import pytest
@@ -45,8 +46,23 @@ def test_sim_run_on_the_bundled_sample_writes_every_output(tmp_path: Path) -> No
     assert 0 <= summary["gpu_utilization"] <= 1
     rows = list(csv.DictReader((tmp_path / "jobs.csv").open()))
     assert len(rows) == 600
-    for png in ("jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
-        assert (tmp_path / png).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for name in ("jct_cdf", "queue_delay_cdf", "gpu_utilization"):  # SVG by default: no plotting library
+        svg = ET.parse(tmp_path / f"{name}.svg").getroot()
+        assert svg.tag == "{http://www.w3.org/2000/svg}svg"
+        assert svg.findall(".//{http://www.w3.org/2000/svg}polyline"), name  # the curve is there
+        assert "fair/pack" in (tmp_path / f"{name}.svg").read_text()  # and its legend
+
+
+def test_png_plots_on_request_and_none(tmp_path: Path) -> None:
+    code, out = invoke("sim", "run", "--trace", "sample:philly", "--cluster", "philly", "--plots", "png",
+                       "--out", str(tmp_path / "png"))
+    assert code == 0, out
+    for name in ("jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
+        assert (tmp_path / "png" / name).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    code, out = invoke("sim", "run", "--trace", "sample:philly", "--cluster", "philly", "--plots", "none",
+                       "--out", str(tmp_path / "none"))
+    assert code == 0, out
+    assert sorted(p.name for p in (tmp_path / "none").iterdir()) == ["jobs.csv", "summary.json"]
 
 
 def test_same_seed_same_bytes(tmp_path: Path) -> None:
@@ -57,7 +73,7 @@ def test_same_seed_same_bytes(tmp_path: Path) -> None:
                             "classified", "--seed", "5", "--out", str(out))
         assert code == 0, text
         outs.append(out)
-    for name in ("jobs.csv", "jct_cdf.png", "queue_delay_cdf.png", "gpu_utilization.png"):
+    for name in ("jobs.csv", "jct_cdf.svg", "queue_delay_cdf.svg", "gpu_utilization.svg"):
         assert (outs[0] / name).read_bytes() == (outs[1] / name).read_bytes(), name
     a, b = (json.loads((o / "summary.json").read_text()) for o in outs)
     a.pop("wall_time_s")
@@ -76,7 +92,7 @@ def test_compare_writes_one_table_and_overlaid_plots(tmp_path: Path) -> None:
         summaries["fifo/pack/always"]["gpu_hours_failed_attempts"]
     table = (tmp_path / "comparison.md").read_text()
     assert "fifo/pack/always" in table and "avg_jct_s" in table
-    assert (tmp_path / "rho_cdf.png").exists() and (tmp_path / "fair_pack_classified" / "summary.json").exists()
+    assert (tmp_path / "rho_cdf.svg").exists() and (tmp_path / "fair_pack_classified" / "summary.json").exists()
 
 
 def test_synth_analyze_convert_round_trip(tmp_path: Path) -> None:
@@ -102,7 +118,12 @@ def test_synth_analyze_convert_round_trip(tmp_path: Path) -> None:
         (["sim", "run", "--cluster", "4x"], "4x"),
         (["sim", "compare", "--retry", "sometimes"], "--retry"),
         (["trace", "synth", "--like", "helios", "--out", "x.csv"], "--like"),
-        (["trace", "synth", "--load", "0.5", "--out", "x.csv"], "--cluster-gpus"),
+        (["sim", "run", "--plots", "jpg"], "--plots"),
+        (["trace", "synth", "--load", "0.5", "--out", "x.csv"], "--cluster"),
+        (["trace", "synth", "--cluster-gpus", "8", "--out", "x.csv"], "--load"),
+        (["trace", "synth", "--cluster", "4x", "--out", "x.csv"], "4x"),
+        (["trace", "synth", "--cluster", "8x4", "--cluster-gpus", "8", "--load", "1", "--out", "x.csv"],
+         "--cluster-gpus"),
     ],
 )
 def test_bad_input_is_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:
@@ -110,6 +131,17 @@ def test_bad_input_is_one_clear_line(args: list[str], expected: str, tmp_path: P
     assert code == 2, out
     assert expected in out
     assert "Traceback" not in out
+
+
+def test_synth_for_a_cluster_at_a_load_feeds_sim_run(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    code, out = invoke("trace", "synth", "--like", "philly", "--jobs", "300", "--cluster", "8x4", "--load", "1.3",
+                       "--seed", "5", "--out", str(w))
+    assert code == 0, out
+    assert "offered load 1.3" in out
+    summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "8x4", "--no-plots", "--out",
+                          str(tmp_path / "run"))
+    assert summary["jobs"] == 300 and summary["rejected"] == 0
 
 
 def test_malformed_trace_names_line_and_field(tmp_path: Path) -> None:

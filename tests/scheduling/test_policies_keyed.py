@@ -12,8 +12,7 @@ from hypothesis import strategies as st
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Plan, Snapshot, decide, make_placer, make_policy
-from loadmaster.scheduling.placement import Placer
-from loadmaster.scheduling.policies import POLICIES, Policy
+from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.las import HetLasPolicy, LasPolicy
 from loadmaster.scheduling.policies.priority import PriorityPolicy
 from loadmaster.scheduling.policies.srtf import (
@@ -22,7 +21,7 @@ from loadmaster.scheduling.policies.srtf import (
     checkpointed_this_run,
     work_since_checkpoint,
 )
-from loadmaster.sim import simulator
+from loadmaster.scheduling.session import Session
 from loadmaster.sim.experiment import RunOptions, simulate
 from tests.helpers import cluster, job, queued, workload
 from tests.scheduling.test_invariants import check_invariants, snapshots
@@ -264,15 +263,15 @@ def random_workload(seed: int, n: int = 80) -> list[JobSpec]:
 @pytest.mark.parametrize("name", KEYED)
 def test_simulated_jobs_all_end_without_thrashing(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
     displaced: list[tuple[float, JobView, str]] = []  # (when, victim as it ran, for which job)
-    real_decide = simulator.decide
+    real_decide = Session.decide
 
-    def spy(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
-        plan = real_decide(snap, policy, placer)
+    def spy(self: Session, snap: Snapshot) -> Plan:
+        plan = real_decide(self, snap)
         by_id = {j.job_id: j for j in snap.running}
         displaced.extend((snap.clock, by_id[p.job_id], p.for_job) for p in plan.preempts)
         return plan
 
-    monkeypatch.setattr(simulator, "decide", spy)
+    monkeypatch.setattr(Session, "decide", spy)
     # Two GPU types: a gang never mixes them, so 8 GPUs is the largest gang that fits.
     c = Cluster(tuple(Node(f"n{i}", 4, 32, 256, gpu_type=("v100", "k80")[i % 2], rack=f"r{i % 2}")
                       for i in range(4)))

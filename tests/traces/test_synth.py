@@ -15,7 +15,8 @@ from hypothesis import strategies as st
 
 from loadmaster.core.job import FinalStatus, JobSpec
 from loadmaster.core.workload import Workload
-from loadmaster.traces import canonical
+from loadmaster.scheduling.feasibility import never_fits
+from loadmaster.traces import canonical, load_cluster
 from loadmaster.traces.synth import LIKES, PHILLY, PROFILES, synthesize
 
 # tests/traces/test_synth.py -> parents[3] is the folder holding the repository and shared/.
@@ -197,6 +198,31 @@ def test_offered_load_hits_the_target() -> None:
     assert any("load 0.7" in note for note in w.report.notes)
 
 
+def test_jobs_shaped_for_a_cluster_fit_it_and_its_load_is_the_one_asked_for() -> None:
+    c = load_cluster("32x4")
+    w = synthesize("philly", 3000, seed=5, cluster=c, load=1.3)
+    assert {j.gpus_per_learner for j in w.jobs} <= {1, 2, 4}  # one learner up to a server, whole servers above
+    assert all(j.learners == 1 or j.gpus_per_learner == 4 for j in w.jobs)
+    assert max(j.gpus for j in w.jobs) <= 128
+    assert not [j.job_id for j in w.jobs if never_fits(j, c)]
+    gpu_s = sum(j.gpus * (j.duration_s + sum(j.failed_attempts_s)) for j in w.jobs)
+    span = max(j.submit_time_s for j in w.jobs)
+    assert gpu_s / (128 * span) == pytest.approx(1.3, rel=0.03)
+    # The same draws as without a cluster: the same tenants, statuses and arrival order.
+    plain = synthesize("philly", 3000, seed=5)
+    assert [(j.tenant, j.final_status, j.attempts) for j in w.jobs] == [
+        (j.tenant, j.final_status, j.attempts) for j in plain.jobs]
+
+
+def test_a_small_or_cpu_poor_cluster_caps_sizes_and_requests() -> None:
+    c = load_cluster("2x4:8cpu:64gb")
+    w = synthesize("philly", 3000, seed=1, cluster=c, cpu_demands=True)
+    assert max(j.gpus for j in w.jobs) == 8  # 16-128 GPU jobs become the whole cluster
+    assert max(j.cpus_per_learner for j in w.jobs) <= 8.0
+    assert max(j.mem_gb_per_learner for j in w.jobs) <= 64.0
+    assert not [j.job_id for j in w.jobs if never_fits(j, c)]
+
+
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
@@ -206,6 +232,8 @@ def test_offered_load_hits_the_target() -> None:
         ({"cluster_gpus": 8}, "give both or neither"),
         ({"cluster_gpus": 8, "load": 0.0}, "load must be"),
         ({"cluster_gpus": 0, "load": 0.5}, "cluster_gpus must be"),
+        ({"cluster": load_cluster("2x4"), "cluster_gpus": 16, "load": 0.5}, "disagrees"),
+        ({"cluster": load_cluster("2x0"), "load": 0.5}, "no GPUs"),
     ],
 )
 def test_bad_arguments_are_refused(kwargs: dict[str, object], message: str) -> None:

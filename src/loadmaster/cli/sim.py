@@ -13,7 +13,7 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.placement import PLACERS, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
-from loadmaster.sim.experiment import RunOptions, RunOutcome, simulate, write_comparison, write_run
+from loadmaster.sim.experiment import PLOT_FORMATS, RunOptions, RunOutcome, simulate, write_comparison, write_run
 from loadmaster.sim.failures import RetryPolicy
 from loadmaster.sim.learner_at_a_time import check_supported, parse_gang, parse_timeout, timeout_label
 from loadmaster.sim.quotas import load_quota_file
@@ -37,7 +37,10 @@ QuotaOpt = Annotated[Path | None, typer.Option("--quotas", help="YAML quota file
 UntilOpt = Annotated[float | None, typer.Option("--until", min=0, help="Stop the clock at this simulated second.")]
 CkptOpt = Annotated[float, typer.Option("--checkpoint-interval", min=0, help="Seconds of work between "
                                                                              "checkpoints (0: none).")]
-PlotsOpt = Annotated[bool, typer.Option("--plots/--no-plots", help="Write PNG plots.")]
+PlotsOpt = Annotated[str, typer.Option("--plots", help="Plots to write: svg (default; written directly, in "
+                                                       "milliseconds), png (matplotlib, about a second more), "
+                                                       "none.")]
+NoPlotsOpt = Annotated[bool, typer.Option("--no-plots", help="The same as --plots none.")]
 RestartOpt = Annotated[float, typer.Option("--restart-overhead", min=0, help="Seconds a restart costs.")]
 GANG_HELP = ("on: gang scheduling (a job's learners start together or not at all). off: learner-at-a-time, "
              "like a pod-at-a-time scheduler (FIFO, pack or spread): learners bound so far hold GPUs idle "
@@ -62,6 +65,12 @@ def _check_names(policies: list[str], placements: list[str]) -> None:
     for p in placements:
         if p not in PLACERS:
             raise ValueError(f"--placement: unknown placement {p!r}; choose from {', '.join(PLACERS)}")
+
+
+def _plot_format(plots: str, no_plots: bool) -> str:
+    if plots not in PLOT_FORMATS:
+        raise ValueError(f"--plots: {plots!r} is not a plot format; choose from {', '.join(PLOT_FORMATS)}")
+    return "none" if no_plots else plots
 
 
 def _summary_table(runs: list[RunOutcome]) -> Table:
@@ -129,11 +138,13 @@ def run(
     restart_overhead: RestartOpt = 30.0,
     gang: Annotated[str, typer.Option("--gang", help=GANG_HELP)] = "on",
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help=TIMEOUT_HELP)] = "never",
-    plots: PlotsOpt = True,
+    plots: PlotsOpt = "svg",
+    no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
 ) -> None:
     """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
     _check_names([policy], [placement])
+    plots = _plot_format(plots, no_plots)
     if "," in gang or "," in partial_timeout:
         raise ValueError("--gang/--partial-timeout: one value each for sim run (lists are for sim compare)")
     [(gang_on, timeout, suffix)] = _modes(gang, partial_timeout)
@@ -177,7 +188,8 @@ def compare(
     gang: Annotated[str, typer.Option("--gang", help="Comma-separated: on, off. " + GANG_HELP)] = "on",
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help="Comma-separated. " + TIMEOUT_HELP)
                                ] = "never",
-    plots: PlotsOpt = True,
+    plots: PlotsOpt = "svg",
+    no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
 ) -> None:
     """Run several policies (x placements x retry policies x gang modes) on one workload; one table, overlaid
@@ -189,6 +201,7 @@ def compare(
     except ValueError:
         raise ValueError(f"--retry: choose from {', '.join(r.value for r in RetryPolicy)}") from None
     _check_names(policies, placements)
+    plots = _plot_format(plots, no_plots)
     modes = _modes(gang, partial_timeout)
     if not all(on for on, _, _ in modes):
         for pol in policies:

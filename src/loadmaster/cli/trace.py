@@ -174,10 +174,15 @@ def synth(
     like: Annotated[str, typer.Option("--like", help=f"Profile to follow: {', '.join(LIKES)}.")] = "philly",
     jobs: Annotated[int, typer.Option("--jobs", min=1, help="Number of jobs.")] = 1000,
     seed: Annotated[int, typer.Option("--seed", help="Same seed, same file.")] = 0,
-    load: Annotated[float | None, typer.Option("--load", min=0.01, help="Target offered load (needs "
-                                                                        "--cluster-gpus).")] = None,
-    cluster_gpus: Annotated[int | None, typer.Option("--cluster-gpus", min=1, help="GPUs the load "
-                                                                                   "refers to.")] = None,
+    cluster: Annotated[str | None, typer.Option("--cluster", help="Shape the jobs for this cluster (any --cluster "
+                                                "spec of sim run: 32x4, philly, a YAML file); --load refers to "
+                                                "it.")] = None,
+    load: Annotated[float | None, typer.Option("--load", min=0.01, help="Offered load: GPU-time demanded (every "
+                                               "attempt) over the GPU-time of the cluster during the arrival "
+                                               "window; above 1 the queue grows. Needs --cluster or "
+                                               "--cluster-gpus.")] = None,
+    cluster_gpus: Annotated[int | None, typer.Option("--cluster-gpus", min=1, help="GPUs --load refers to, "
+                                                     "without shaping jobs for a cluster.")] = None,
     cpu_demands: Annotated[bool, typer.Option("--cpu-demands", help="Give each learner the CPU and memory "
                                               "request of its model family's profile (default: none, as "
                                               "in Philly).")] = False,
@@ -185,12 +190,21 @@ def synth(
     """Write a synthetic workload in the canonical CSV, following a published trace's statistics."""
     if like not in LIKES:
         raise ValueError(f"--like: unknown profile {like!r}; choose from {', '.join(LIKES)}")
-    if (load is None) != (cluster_gpus is None):
-        raise ValueError("--load and --cluster-gpus go together: give both or neither")
-    workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands)
+    if cluster is not None and cluster_gpus is not None:
+        raise ValueError("--cluster and --cluster-gpus: give one (--cluster-gpus only sizes --load)")
+    if load is not None and cluster is None and cluster_gpus is None:
+        raise ValueError("--load needs the cluster it refers to: add --cluster (e.g. --cluster 32x4) or "
+                         "--cluster-gpus")
+    if cluster_gpus is not None and load is None:
+        raise ValueError("--cluster-gpus only sizes --load: add --load or leave it out")
+    shaped_for = load_cluster(cluster) if cluster is not None else None
+    workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands,
+                          cluster=shaped_for)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(workload.jobs, out)
-    console.print(f"wrote {n} jobs like {like} (seed {seed}) to {out}", highlight=False)
+    where = f" for {shaped_for.describe()}" if shaped_for is not None else ""
+    at = f" at offered load {load:g}" if load is not None else ""
+    console.print(f"wrote {n} jobs like {like} (seed {seed}){where}{at} to {out}", highlight=False)
 
 
 @app.command("convert")

@@ -7,6 +7,7 @@ The numbers and their sources: docs/performance-model.md.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,6 +27,14 @@ class ModelProfile:
     def mem_wanted(self, gpus: int) -> float:
         """Host memory (GB) a learner with `gpus` GPUs benefits from."""
         return self.mem_gb_per_gpu * gpus
+
+    def cpu_throughput(self, cpus: float, want: float) -> float:
+        """Throughput of a learner given `cpus` CPUs, relative to one given its `want`: (cpus / want) **
+        cpu_sensitivity, flat past the want (more CPUs than it benefits from do nothing), the ratio floored
+        at 0.05 (a starved input pipeline still moves)."""
+        if want <= 0:
+            return 1.0
+        return float(max(min(cpus / want, 1.0), 0.05) ** self.cpu_sensitivity)
 
 
 # Families and the model-name prefixes that map to them. Numbers: see docs/performance-model.md.
@@ -60,11 +69,44 @@ _PREFIXES: tuple[tuple[str, str], ...] = (
 )
 
 
+def cpu_speed(model: str, gpus_per_learner: int, requested: float, given: float) -> float:
+    """How fast a learner given `given` CPUs runs relative to its recorded runtime, which is its runtime at
+    the `requested` CPUs: f(given) / f(requested), with f the family's saturating curve (cpu_throughput).
+
+    A recorded runtime says nothing about CPUs when the request is 0 (Philly and Gavel record none): it is
+    then taken as the runtime with the family's want met, f(requested) = 1. An allocation that carries no
+    CPUs (a placer that does no CPU accounting) is not CPU-bound. A learner without GPUs wants its request.
+    """
+    if given <= 0:
+        return 1.0
+    profile = family_of(model)
+    want = profile.cpus_wanted(gpus_per_learner) if gpus_per_learner > 0 else requested
+    reference = profile.cpu_throughput(requested, want) if requested > 0 else 1.0
+    return profile.cpu_throughput(given, want) / reference
+
+
+def max_cpu_speed(model: str, gpus_per_learner: int, requested: float) -> float:
+    """The fastest a learner can run relative to its recorded runtime by CPUs alone: given its family's
+    want, when it requested less (1.0 when it requested its want or more, or nothing)."""
+    if requested <= 0:
+        return 1.0
+    profile = family_of(model)
+    want = profile.cpus_wanted(gpus_per_learner) if gpus_per_learner > 0 else requested
+    return 1.0 / profile.cpu_throughput(requested, want)
+
+
 def family_of(model: str) -> ModelProfile:
+    return PROFILES[_family_name(model)]
+
+
+@lru_cache(maxsize=4096)
+def _family_name(model: str) -> str:
+    """The family a model name belongs to. Cached by name (the simulator asks at every start); the
+    profile itself is looked up afresh each time, so PROFILES stays the one source of the numbers."""
     name = model.strip().lower()
     for prefix, family in _PREFIXES:
         if name.startswith(prefix):
-            return PROFILES[family]
-    return PROFILES["generic"]
+            return family
+    return "generic"
 
 

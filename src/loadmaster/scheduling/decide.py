@@ -106,6 +106,9 @@ class _Round:
     gate: Gate
 
     def __post_init__(self) -> None:
+        self.gated = type(self.gate) is not Gate
+        # The base placer's cache key is the job's shape: no need to ask for it per job.
+        self.cache_key = None if type(self.placer).cache_key is Placer.cache_key else self.placer.cache_key
         self.starts: list[Start] = []
         self.preempts: list[Preempt] = []
         self.preempted: set[str] = set()
@@ -234,6 +237,13 @@ class _Round:
         if not self.policy.preemptor(self.snap, self.gate, job):
             return reason
         free = self.free
+        if not self.gated:
+            # Walking the victims of a search that cannot free enough GPUs changes nothing but this memo.
+            bound = self.policy.releasable_gpus(self.snap, self.gate, job)
+            if bound is not None and free.total_gpus + bound + 1e-9 < need:
+                if key is not None:
+                    self.no_preempt[key] = free.version
+                return reason
         for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
             if victim.job_id in self.preempted or victim.job_id in self.resized:
                 continue
@@ -298,97 +308,112 @@ class _Round:
         return alloc
 
 
+    def attempt(self, job: JobView) -> tuple[Allocation | WaitReason, bool]:
+        """Try to start `job` now: the quota gate, a whole-gang placement, then displacement for a preemptive
+        policy. A start is booked in the round (capacity, gate, starts). Returns the allocation or why it
+        waits, and whether a placement was tried (a gate refusal holds nobody else back)."""
+        spec = job.spec
+        gate = self.gate
+        if self.gated:
+            elastic = (spec.min_learners is not None or spec.max_learners is not None) and spec.elastic
+            smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if elastic else spec.gpus
+            if gate.admit(job, smallest) is Admission.DENIED:
+                return WaitReason.OVER_QUOTA, False
+        result = self.place(job)
+        if type(result) is not Allocation and self.policy.preemptive and result is not WaitReason.LOCALITY_WAIT:
+            assert isinstance(result, WaitReason)
+            result = self.place_by_preempting(job, result)
+        if isinstance(result, Allocation):
+            self.free.take(result)
+            gate.add(job, result.learners)
+            self.starts.append(Start(spec.job_id, result))
+        return result, True
+
+    def why_never(self, job: JobView) -> str | None:
+        """Why `job` can never run here (it is rejected), or None."""
+        spec = job.spec
+        shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
+                 spec.excluded_types)
+        # One dictionary probe (a tuple key is hashed afresh on every probe): "" stands for a shape not
+        # cached yet, which never_fits() then works out and caches.
+        why = self.snap.cluster.fit_cache.get(shape, "")
+        if why == "":
+            why = never_fits(spec, self.snap.cluster)
+        if why is None and self.gated:
+            why = self.gate.never_admits(job)
+        return why or None
+
+    def alike_key(self, job: JobView) -> object:
+        """What decides this job's answer besides capacity (its shape, the placer's cache key and the policy's
+        decision class): jobs of one key ranked one after another get the same answer until something
+        starts. None: the job is answered on its own (elastic, or no promise from the policy or placer)."""
+        spec = job.spec
+        if (spec.min_learners is not None or spec.max_learners is not None) and spec.elastic:
+            return None
+        cls = self.policy.decision_class(self.snap, job)
+        if cls is None:
+            return None
+        shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
+                 spec.excluded_types)
+        if self.cache_key is None:
+            return (shape, cls)
+        placed_as = self.cache_key(job, spec.learners, self.snap)
+        return None if placed_as is None else (placed_as, shape, cls)
+
+    def grows_elastic(self, waits: tuple[Wait, ...] | list[Wait]) -> None:
+        """Idle GPUs go to elastic jobs only when no queued job is waiting for capacity."""
+        if all(w.reason in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for w in waits):
+            self.grow_elastic()
+
+    def plan(self, rejects: list[Reject], waits: list[Wait]) -> Plan:
+        return Plan(starts=tuple(self.starts), preempts=tuple(self.preempts), resizes=tuple(self.resizes),
+                    rejects=tuple(rejects), waits=tuple(waits))
+
+
 def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
     """Decide which queued jobs start where, which running jobs are preempted, and why the rest wait."""
     rnd = _Round(snap, policy, placer, FreeCapacity(snap), policy.gate(snap))
     rejects: list[Reject] = []
     waits: list[Wait] = []
     blocked = False
-    cluster = snap.cluster
-    preemptive = policy.preemptive
-    gate = rnd.gate
-    # The loop below runs once per queued job per round: keep its common path free of needless calls.
-    gated = type(gate) is not Gate
     strict_order = policy.blocks_others
     # A policy that keeps Policy.blocks_others never holds anyone back: no need to ask per job.
     may_block = type(policy).blocks_others is not Policy.blocks_others
-    fit_cache = cluster.fit_cache
-    decision_class = policy.decision_class
-    # The base placer's cache key is the job's shape: no need to ask for it per job.
-    cache_key = None if type(placer).cache_key is Placer.cache_key else placer.cache_key
-    # Jobs the policy and the placer cannot tell apart (one shape, placer key and decision class) get the
-    # same answer as long as nothing has started and no capacity has grown in this round: a queue of
-    # thousands costs one attempt per class between starts, not one per job. Values: (reason, whether it
-    # came from a placement attempt, which may hold back the jobs ranked after it).
+    # Jobs the policy and the placer cannot tell apart (one alike key) get the same answer as long as
+    # nothing has started and no capacity has grown in this round: a queue of thousands costs one attempt
+    # per key between starts, not one per job. Values: (reason, whether it came from a placement attempt,
+    # which may hold back the jobs ranked after it).
     alike: dict[object, tuple[WaitReason, bool]] = {}
     alike_version = alike_starts = 0
     starts = rnd.starts
     free = rnd.free
+    # The loop below runs once per queued job per round: keep its common path free of needless calls.
     for job in policy.rank(snap):
-        spec = job.spec
         if blocked:
-            waits.append(Wait(spec.job_id, WaitReason.LOWER_PRIORITY))
+            waits.append(Wait(job.spec.job_id, WaitReason.LOWER_PRIORITY))
             continue
-        shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
-                 spec.excluded_types)
-        # One dictionary probe (a tuple key is hashed afresh on every probe): "" stands for a shape not
-        # cached yet, which never_fits() then works out and caches.
-        why_never = fit_cache.get(shape, "")
-        if why_never == "":
-            why_never = never_fits(spec, cluster)
-        if why_never is None and gated:
-            why_never = gate.never_admits(job)
+        why_never = rnd.why_never(job)
         if why_never:
-            rejects.append(Reject(spec.job_id, why_never))
+            rejects.append(Reject(job.spec.job_id, why_never))
             continue
-        alike_key: object = None
-        elastic = (spec.min_learners is not None or spec.max_learners is not None) and spec.elastic
-        if not elastic:
-            cls = decision_class(snap, job)
-            if cls is not None:
-                placed_as = shape if cache_key is None else cache_key(job, spec.learners, snap)
-                if placed_as is not None:
-                    if free.version != alike_version or len(starts) != alike_starts:
-                        alike.clear()
-                        alike_version, alike_starts = free.version, len(starts)
-                    alike_key = (placed_as, shape, cls) if cache_key is not None else (shape, cls)
-                    hit = alike.get(alike_key)
-                    if hit is not None:
-                        waits.append(Wait(spec.job_id, hit[0]))
-                        if hit[1] and may_block:
-                            blocked = strict_order(job)
-                        continue
-        smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if elastic else spec.gpus
-        if gated and gate.admit(job, smallest) is Admission.DENIED:
-            waits.append(Wait(spec.job_id, WaitReason.OVER_QUOTA))
-            if alike_key is not None:
-                alike[alike_key] = (WaitReason.OVER_QUOTA, False)
-            continue
-        result = rnd.place(job)
-        if type(result) is Allocation:
-            rnd.free.take(result)
-            gate.add(job, result.learners)
-            rnd.starts.append(Start(spec.job_id, result))
-            continue
-        assert isinstance(result, WaitReason)
-        if preemptive and result is not WaitReason.LOCALITY_WAIT:
-            result = rnd.place_by_preempting(job, result)
-            if isinstance(result, Allocation):
-                rnd.free.take(result)
-                gate.add(job, result.learners)
-                rnd.starts.append(Start(spec.job_id, result))
+        key = rnd.alike_key(job)
+        if key is not None:
+            if free.version != alike_version or len(starts) != alike_starts:
+                alike.clear()
+                alike_version, alike_starts = free.version, len(starts)
+            hit = alike.get(key)
+            if hit is not None:
+                waits.append(Wait(job.spec.job_id, hit[0]))
+                if hit[1] and may_block:
+                    blocked = strict_order(job)
                 continue
-        waits.append(Wait(spec.job_id, result))
-        blocked = strict_order(job)
-        if alike_key is not None:
-            alike[alike_key] = (result, True)
-    # Idle GPUs go to elastic jobs only when no queued job is waiting for capacity.
-    if all(w.reason in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for w in waits):
-        rnd.grow_elastic()
-    return Plan(
-        starts=tuple(rnd.starts),
-        preempts=tuple(rnd.preempts),
-        resizes=tuple(rnd.resizes),
-        rejects=tuple(rejects),
-        waits=tuple(waits),
-    )
+        result, placed = rnd.attempt(job)
+        if isinstance(result, Allocation):
+            continue
+        waits.append(Wait(job.spec.job_id, result))
+        if placed:
+            blocked = strict_order(job)
+        if key is not None:
+            alike[key] = (result, placed)
+    rnd.grows_elastic(waits)
+    return rnd.plan(rejects, waits)

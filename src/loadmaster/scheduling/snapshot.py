@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from types import MappingProxyType
+from typing import overload
 
 import numpy as np
 import numpy.typing as npt
@@ -86,10 +87,45 @@ def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
     return gpus, cpus, mem
 
 
-def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:
-    copy = np.array(a, dtype=np.float64)
-    copy.flags.writeable = False
-    return copy
+def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64], copy: bool = True) -> npt.NDArray[np.float64]:
+    """A read-only float array of `a`: a copy, or (copy=False, `a` already float) a read-only view."""
+    out: npt.NDArray[np.float64] = (np.array(a, dtype=np.float64) if copy or a.dtype != np.float64
+                                    else a.view(np.float64))
+    out.flags.writeable = False
+    return out
+
+
+class LazyJobs(Sequence[JobView]):
+    """A shell's queued jobs, copied into a tuple only if something iterates them: a shell that keeps its
+    queue in a Session hands decide() this instead of copying a long queue at every event. The shell must
+    not change the jobs the provider returns while decide() runs."""
+
+    __slots__ = ("_jobs", "_len", "_provider")
+
+    def __init__(self, provider: Callable[[], tuple[JobView, ...]], length: int) -> None:
+        self._provider = provider
+        self._len = length
+        self._jobs: tuple[JobView, ...] | None = None
+
+    def _all(self) -> tuple[JobView, ...]:
+        if self._jobs is None:
+            self._jobs = self._provider()
+        return self._jobs
+
+    def __len__(self) -> int:
+        return self._len
+
+    def __iter__(self) -> Iterator[JobView]:
+        return iter(self._all())
+
+    @overload
+    def __getitem__(self, i: int) -> JobView: ...
+
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[JobView]: ...
+
+    def __getitem__(self, i: int | slice) -> JobView | Sequence[JobView]:
+        return self._all()[i]
 
 
 @dataclass(frozen=True)
@@ -99,7 +135,7 @@ class Snapshot:
     free_gpus: npt.NDArray[np.float64]
     free_cpus: npt.NDArray[np.float64]
     free_mem: npt.NDArray[np.float64]
-    queued: tuple[JobView, ...]
+    queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
     running: tuple[JobView, ...]
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
@@ -114,6 +150,14 @@ class Snapshot:
         for job in self.running:
             groups.setdefault(job.spec.tenant, []).append(job)
         return MappingProxyType({t: tuple(js) for t, js in groups.items()})
+
+    @cached_property
+    def queued_tenants(self) -> frozenset[str]:
+        """Tenants with a queued job (from the queue, or the shell's provider if it gave one)."""
+        provider = self.__dict__.get("_queued_tenants_provider")
+        if provider is not None:
+            return frozenset(provider())
+        return frozenset(j.spec.tenant for j in self.queued)
 
     @cached_property
     def running_elastic(self) -> tuple[JobView, ...]:
@@ -131,12 +175,14 @@ class Snapshot:
         free_gpus: npt.NDArray[np.int64] | npt.NDArray[np.float64],
         free_cpus: npt.NDArray[np.float64],
         free_mem: npt.NDArray[np.float64],
-        queued: tuple[JobView, ...],
+        queued: Sequence[JobView],
         running: tuple[JobView, ...],
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
         running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
+        queued_tenants: Callable[[], Iterable[str]] | None = None,
+        copy: bool = True,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -144,6 +190,8 @@ class Snapshot:
         incrementally; they must agree with `running` (they are derived from it when omitted).
         running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
         that never asks costs nothing; the shell must not change its state while decide() runs.
+        copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
+        changes them only after it is done with the snapshot (the simulator, at every event).
         """
         if tenant_gpus is None:
             usage: dict[str, int] = {}
@@ -154,10 +202,10 @@ class Snapshot:
         snap = cls(
             clock=clock,
             cluster=cluster,
-            free_gpus=_frozen(free_gpus),
-            free_cpus=_frozen(free_cpus),
-            free_mem=_frozen(free_mem),
-            queued=tuple(queued),
+            free_gpus=_frozen(free_gpus, copy),
+            free_cpus=_frozen(free_cpus, copy),
+            free_mem=_frozen(free_mem, copy),
+            queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
             running=tuple(running),
             tenants=MappingProxyType(dict(tenants or {})),
             tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
@@ -166,6 +214,8 @@ class Snapshot:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
         if running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic
+        if queued_tenants is not None:
+            snap.__dict__["_queued_tenants_provider"] = queued_tenants
         return snap
 
     @classmethod

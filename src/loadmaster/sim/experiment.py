@@ -15,11 +15,13 @@ from loadmaster.scheduling.placement import make_placer
 from loadmaster.scheduling.policies import make_policy
 from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.failures import FailureModel, RetryPolicy
+from loadmaster.sim.figures import Figure, rho_figure, run_figures
 from loadmaster.sim.learner_at_a_time import LearnerAtATimeSimulator
 from loadmaster.sim.metrics import summarize, write_jobs_csv
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.quotas import quotas_by_demand
 from loadmaster.sim.simulator import ProgressFn, SimConfig, SimResult, Simulator
+from loadmaster.sim.svg import render_svg
 
 
 @dataclass(frozen=True)
@@ -71,16 +73,30 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
     return RunOutcome(label or f"{opts.policy}/{opts.placement}", result, summary)
 
 
-def write_run(out: Path, run: RunOutcome, plots: bool = True) -> list[Path]:
+PLOT_FORMATS = ("svg", "png", "none")
+
+
+def render(figures: list[Figure], out: Path, plots: str) -> list[Path]:
+    """Draw `figures` into `out` as `plots` says: svg (default, written directly), png (matplotlib), none."""
+    if plots not in PLOT_FORMATS:
+        raise ValueError(f"--plots: {plots!r} is not one of {', '.join(PLOT_FORMATS)}")
+    if plots == "none":
+        return []
+    if plots == "png":
+        from loadmaster.sim.plots import render_png  # matplotlib costs ~0.5 s to import: only when asked for
+
+        return [render_png(f, out) for f in figures]
+    return [render_svg(f, out) for f in figures]
+
+
+def write_run(out: Path, run: RunOutcome, plots: str = "svg") -> list[Path]:
     """summary.json, jobs.csv and the plots of one run."""
     out.mkdir(parents=True, exist_ok=True)
     (out / "summary.json").write_text(json.dumps(run.summary, indent=2, sort_keys=True) + "\n")
     write_jobs_csv(run.result.records, out / "jobs.csv")
     written = [out / "summary.json", out / "jobs.csv"]
-    if plots:
-        from loadmaster.sim.plots import plot_runs  # matplotlib costs ~0.3 s to import: only when plotting
-
-        written += plot_runs({run.label: run.result}, out)
+    if plots != "none":
+        written += render(run_figures({run.label: run.result}), out, plots)
     return written
 
 
@@ -99,7 +115,7 @@ def _cell(v: Any) -> str:
     return str(v)
 
 
-def write_comparison(out: Path, runs: list[RunOutcome], plots: bool = True) -> list[Path]:
+def write_comparison(out: Path, runs: list[RunOutcome], plots: str = "svg") -> list[Path]:
     """One table (markdown + CSV + JSON) and overlaid plots; each run also gets its own folder."""
     out.mkdir(parents=True, exist_ok=True)
     for run in runs:
@@ -115,9 +131,7 @@ def write_comparison(out: Path, runs: list[RunOutcome], plots: bool = True) -> l
         json.dumps({run.label: run.summary for run in runs}, indent=2, sort_keys=True) + "\n"
     )
     written = [out / "comparison.md", out / "comparison.csv", out / "comparison.json"]
-    if plots:
-        from loadmaster.sim.plots import plot_rho_cdf, plot_runs
-
+    if plots != "none":
         results = {run.label: run.result for run in runs}
-        written += [*plot_runs(results, out), plot_rho_cdf(results, out)]
+        written += render([*run_figures(results), rho_figure(results)], out, plots)
     return written

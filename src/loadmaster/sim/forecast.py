@@ -124,15 +124,27 @@ class _ForecastRun(_Run):
         super().apply(plan)
         if self.between is not None:
             self.between()
-        out_of_budget = self.max_decisions is not None and self.decisions >= self.max_decisions
-        if out_of_budget or all(self.records[i].first_start_s is not None or self.records[i].finished
-                                for i in self.waiting.values()):
-            # Every job asked about has its answer (or the budget is spent): end the run.
-            self.done = True
-            self.events.clear()
-            self.queued.clear()
-            self.queued_views.clear()
-            self.growable.clear()
+        if self.out_of_budget() or all(self.records[i].first_start_s is not None or self.records[i].finished
+                                       for i in self.waiting.values()):
+            self.end()  # every job asked about has its answer (or the budget is spent)
+
+    def out_of_budget(self) -> bool:
+        return self.max_decisions is not None and self.decisions >= self.max_decisions
+
+    def end(self) -> None:
+        self.done = True
+        self.events.clear()
+        self.queued.clear()
+        self.queued_views.clear()
+        self.growable.clear()
+
+    def may_decide(self) -> bool:
+        # Rounds that change nothing count against the budget too (as when each was made): end the run
+        # where the budget ends.
+        if self.out_of_budget():
+            self.end()
+            return False
+        return True
 
     def placer_wake(self, plan: Plan) -> float:
         return math.inf if self.done else super().placer_wake(plan)

@@ -1,21 +1,23 @@
 """Performance model: how fast a job runs on a given allocation, relative to its best placement alone.
 
-rate = type_speed x locality_factor x cpu_factor, in work-seconds per second (1.0 = best placement).
+rate = type_speed x locality_factor x cpu_factor, in work-seconds per second (1.0 = the pace of the recorded
+runtime; above 1 only where a CPU-aware placer gives a job more CPUs than it requested).
 
 - GPU type: from the job's own per-type throughputs when the trace has them (Gavel's table), else from
   DEFAULT_TYPE_SPEED, normalised to the fastest type in the cluster (duration_s is on the best type).
 - Locality: a gang that spans servers pays `cross_node_slowdown` (all-reduce over the network instead of
   NVLink/PCIe), one that spans racks `cross_rack_slowdown`, per model family (see docs/performance-model.md).
-- CPU: a learner given fewer CPUs than its model family benefits from runs at (given/wanted) **
-  cpu_sensitivity; input pipelines of image models are CPU-bound (Synergy, OSDI'22), language models
-  barely care. Allocations that carry no CPUs are not CPU-bound.
+- CPU: duration_s is the runtime at the CPUs the job requested; a learner given other than its request
+  runs at f(given) / f(requested), f = (cpus / want) ** cpu_sensitivity flat past the family's want:
+  input pipelines of image models are CPU-bound (Synergy, OSDI'22), language models barely care.
+  Allocations that carry no CPUs are not CPU-bound; a request of 0 counts as the want met.
 """
 
 from __future__ import annotations
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec
-from loadmaster.core.profiles import family_of
+from loadmaster.core.profiles import cpu_speed, family_of
 
 # Relative training throughput per GPU type, V100 = 1.0 (median over Gavel's models in
 # simulation_throughputs.json: K80 0.20, P100 0.76 of V100). Unknown types count as 1.0.
@@ -54,18 +56,13 @@ class PerformanceModel:
         return 1.0 / (1.0 + slowdown)
 
     def cpu_factor(self, spec: JobSpec, alloc: Allocation) -> float:
-        """(given / wanted) ** cpu_sensitivity, capped at 1, where `wanted` is what the model family
-        benefits from (profile CPUs per GPU x GPUs per learner), not what the job requested: duration_s
-        is the runtime with that want met. An allocation that carries no CPUs (a placer that does no CPU
-        accounting, requests of 0) is not CPU-bound. A learner without GPUs wants its request."""
-        given = alloc.cpus_per_learner
-        if not self.cpu or given <= 0:
+        """f(given) / f(requested) (core.profiles.cpu_speed): 1 when a learner gets what it requested, so a
+        recorded runtime is replayed as recorded under any placer that honours requests; more CPUs, up to
+        the family's want, speed it up, fewer slow it down. A request of 0 (the trace records none) counts
+        as the want met; an allocation that carries no CPUs is not CPU-bound."""
+        if not self.cpu:
             return 1.0
-        profile = family_of(spec.model)
-        wanted = profile.cpus_wanted(spec.gpus_per_learner) if spec.gpus_per_learner > 0 else spec.cpus_per_learner
-        if wanted <= 0 or given >= wanted:
-            return 1.0
-        return float(max(given / wanted, 0.05) ** profile.cpu_sensitivity)
+        return cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner, alloc.cpus_per_learner)
 
     def rate(self, spec: JobSpec, alloc: Allocation) -> float:
         """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""

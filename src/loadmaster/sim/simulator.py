@@ -16,10 +16,10 @@ import numpy as np
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobStatus, check_transition
 from loadmaster.core.workload import Workload
-from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
@@ -104,7 +104,9 @@ class _Run:
         self.free_mem = sim.cluster.mem_capacity.copy()
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
-        # The views decide() sees, kept beside the live state so a snapshot is two C-level copies.
+        # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
+        # policy's order between decisions), the running jobs in a dict (a snapshot copies them).
+        self.session = Session(sim.policy, sim.placer)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         self.tenant_gpus: dict[str, int] = {}
@@ -142,6 +144,7 @@ class _Run:
         round_s = self.sim.policy.round_s
         next_round = math.inf
         next_wake = math.inf  # when a job waiting for locality may place with time alone
+        quiet_until = -math.inf  # rounds before this are known to change nothing: counted, not made
         loops = 0
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
@@ -149,6 +152,10 @@ class _Run:
             t = min(t_arrival, t_event, min(next_round, next_wake) if self.queued else math.inf)
             if t == math.inf or (until is not None and t > until):
                 break
+            if t == next_round and t < min(quiet_until, t_arrival, t_event, next_wake):
+                assert round_s
+                next_round = self.quiet_rounds(next_round, round_s, min(quiet_until, t_arrival, t_event, next_wake))
+                continue
             self.advance(t)
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
                 self.arrive(next_arrival)
@@ -164,6 +171,7 @@ class _Run:
                 next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
+                    quiet_until = self.quiet_until(plan)
             self.timeline.record(t, self.busy, len(self.queued))
             loops += 1
             if self.progress is not None and loops % 2000 == 0:
@@ -175,6 +183,34 @@ class _Run:
             self.progress(self.clock, self.finished)
         return SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
                          self.preemptions, self.decisions, self.resizes, self.sim.tenants)
+
+    def quiet_until(self, plan: Plan) -> float:
+        """After a decision, until when timer rounds are known to change nothing: a plan that changed
+        nothing (no action, no reason) is repeated by every round until time alone can change an answer:
+        a queued job's order (the Session's next_change_s) or whom the policy lets displace whom
+        (Policy.next_change_s). After any other plan the next round is made."""
+        if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.waits:
+            return -math.inf
+        if self.sim.placer.time_dependent_key:
+            # Its answers change with the time jobs have waited (locality relaxes), displacements included:
+            # every round is made.
+            return -math.inf
+        return min(self.session.next_change_s(), self.sim.policy.next_change_s(self.snap, self.session.heads()))
+
+    def quiet_rounds(self, at: float, round_s: float, limit: float) -> float:
+        """Count the rounds at `at`, `at + round_s`, ... before `limit` (and not past until_s) as decisions
+        without making them: time advances through each as a round would, step by step, so the integrals
+        (busy GPU-seconds, jobs in the system) add up exactly as they would have. Returns the next round."""
+        until = self.sim.config.until_s
+        while at < limit and (until is None or at <= until) and self.may_decide():
+            self.advance(at)
+            self.decisions += 1
+            at += round_s
+        return at
+
+    def may_decide(self) -> bool:
+        """Whether another decision may be made (a forecast stops after a budget of them)."""
+        return True
 
     # -- transitions ----------------------------------------------------------------------------
     def set_status(self, live: _Live, new: JobStatus) -> None:
@@ -195,31 +231,35 @@ class _Run:
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
         self.queued_views[live.view.job_id] = live.view
+        self.session.add(live.view)
 
     def dequeue(self, job_id: str) -> _Live:
         del self.queued_views[job_id]
+        self.session.remove(job_id)
         return self.queued.pop(job_id)
 
     def decide(self) -> Plan:
         self.decisions += 1
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
-            tuple(self.queued_views.values()), tuple(self.running_views.values()), self.sim.tenants,
-            self.tenant_gpus, self.running_by_tenant, self.growable_views,
+            self.session.queued, tuple(self.running_views.values()), self.sim.tenants,
+            self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
+            copy=False,  # the free arrays change only when the plan is carried out, after decide()
         )
         self.snap = snap
-        return decide(snap, self.sim.policy, self.sim.placer)
+        return self.session.decide(snap)
 
     def placer_wake(self, plan: Plan) -> float:
         """The earliest time the placer's answer for a job left waiting for locality changes with time
         alone (Placer.next_change_s). Decisions happen only on events, so without this wake-up such a job
         would wait for the next arrival or completion even after its wait relaxed."""
         wake = math.inf
-        for w in plan.waits:
-            if w.reason is WaitReason.LOCALITY_WAIT:
-                at = self.sim.placer.next_change_s(self.queued_views[w.job_id], self.snap)
-                if at is not None and at > self.clock:
-                    wake = min(wake, at)
+        if type(self.sim.placer).next_change_s is Placer.next_change_s:
+            return wake  # this placer's answers never change with time alone
+        for view in self.session.waiting_for(WaitReason.LOCALITY_WAIT):
+            at = self.sim.placer.next_change_s(view, self.snap)
+            if at is not None and at > self.clock:
+                wake = min(wake, at)
         return wake
 
     def growable_views(self) -> tuple[JobView, ...]:

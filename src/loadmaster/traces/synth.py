@@ -42,6 +42,7 @@ from types import MappingProxyType
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import FinalStatus, JobSpec
 from loadmaster.core.workload import LoadReport, Workload
 
@@ -332,6 +333,7 @@ def synthesize(
     cluster_gpus: int | None = None,
     load: float | None = None,
     cpu_demands: bool = False,
+    cluster: Cluster | None = None,
 ) -> Workload:
     """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
 
@@ -345,28 +347,45 @@ def synthesize(
     days), so the span grows with `jobs`. With `load` and `cluster_gpus`, the span is chosen so that
     the offered GPU-time (every attempt, failed ones included) divided by cluster_gpus x span equals
     `load`; the diurnal and weekly shape is kept either way.
+
+    `cluster` shapes the jobs for a cluster instead of the profile's own servers, and is what `load`
+    refers to (cluster_gpus is then its GPU count): a job of up to one server's GPUs (the largest
+    server's) is one learner, a larger one whole servers' worth of learners (a 24-GPU job on 4-GPU
+    servers: 6 learners of 4), no job asks for more GPUs than the cluster has, and CPU and memory requests
+    are capped at what the servers that can hold a learner have. The random draws are the same with or
+    without it (only sizes, and the runtimes and requests that follow from them, differ).
     """
     profile = PROFILES.get(like)
     if profile is None:
         raise ValueError(f"unknown workload profile {like!r}; known: {', '.join(LIKES)}")
     if jobs < 0:
         raise ValueError(f"jobs must be >= 0, got {jobs}")
+    if cluster is not None:
+        if cluster_gpus is not None and cluster_gpus != cluster.total_gpus:
+            raise ValueError(f"cluster_gpus {cluster_gpus} disagrees with the cluster's {cluster.total_gpus} GPUs; "
+                             "give one of the two")
+        if cluster.total_gpus < 1:
+            raise ValueError("the cluster has no GPUs: GPU jobs could never run on it")
+        cluster_gpus = cluster.total_gpus if load is not None else None
     if (load is None) != (cluster_gpus is None):
-        raise ValueError("load and cluster_gpus go together: give both or neither")
+        raise ValueError("load and the cluster it refers to (cluster or cluster_gpus) go together: "
+                         "give both or neither")
     if load is not None and not (math.isfinite(load) and load > 0):
         raise ValueError(f"load must be a number > 0, got {load}")
     if cluster_gpus is not None and cluster_gpus < 1:
         raise ValueError(f"cluster_gpus must be >= 1, got {cluster_gpus}")
-    return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands)
+    return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands, cluster)
 
 
 def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None,
-              cpu_demands: bool = False) -> Workload:
+              cpu_demands: bool = False, cluster: Cluster | None = None) -> Workload:
     rng = np.random.default_rng(seed)
     # The draw order below is part of the determinism contract: change it and seeds change meaning.
     tenant_p = _normalise([t.jobs_per_day for t in profile.tenants])
     tenant = rng.choice(len(tenant_p), size=n, p=tenant_p)
     gpus = _draw_gpus(profile, rng, tenant)
+    if cluster is not None:
+        gpus = _fit_sizes(gpus, cluster)
     status_p = _normalise([w for _, w in profile.status_weights])
     status_idx = rng.choice(len(status_p), size=n, p=status_p)
     duration = _draw_durations(profile, rng, gpus, status_idx)
@@ -384,7 +403,7 @@ def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, loa
     submit = _draw_arrivals(profile, rng, n, span)
 
     workload = _build(profile, tenant, gpus, status_idx, duration, attempts, failed, user_rank, family,
-                      variant, submit, seed, cpu_demands)
+                      variant, submit, seed, cpu_demands, cluster)
     report = workload.report
     report.notes.append(
         f"span {span / DAY_S:.2f} days, {n / max(span / DAY_S, 1e-12):.0f} jobs/day on average, "
@@ -392,7 +411,24 @@ def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, loa
     )
     if load is not None and cluster_gpus is not None:
         report.notes.append(f"span chosen for offered load {load:g} on {cluster_gpus} GPUs")
+    if cluster is not None:
+        report.notes.append(f"jobs shaped for {cluster.describe()}")
     return workload
+
+
+def _server_gpus(cluster: Cluster) -> int:
+    """GPUs of the cluster's largest server: the unit a large job's learners come in."""
+    return max(1, int(cluster.gpu_capacity.max()))
+
+
+def _fit_sizes(gpus: IntArray, cluster: Cluster) -> IntArray:
+    """Sizes a cluster can hold: above one server, whole servers (rounded up, as Philly's learner rule
+    does), and never more GPUs than the cluster has (rounded down to whole servers)."""
+    per = _server_gpus(cluster)
+    most = max(per, cluster.total_gpus // per * per)
+    whole = np.where(gpus > per, -(-gpus // per) * per, gpus)
+    out: IntArray = np.minimum(whole, most).astype(np.int64)
+    return out
 
 
 def _draw_gpus(profile: Profile, rng: np.random.Generator, tenant: IntArray) -> IntArray:
@@ -481,23 +517,41 @@ def _draw_arrivals(profile: Profile, rng: np.random.Generator, n: int, span: flo
     return np.sort(np.floor(t))
 
 
+def _room_per_learner(cluster: Cluster, gpl: IntArray) -> tuple[FloatArray, FloatArray]:
+    """The most CPUs and memory a learner of each job can get: those of the roomiest server with enough GPUs."""
+    caps = cluster.gpu_capacity
+    cpus = np.zeros(len(gpl))
+    mem = np.zeros(len(gpl))
+    for g in np.unique(gpl).tolist():
+        able = caps >= g
+        mine = gpl == g
+        cpus[mine] = float(cluster.cpu_capacity[able].max())
+        mem[mine] = float(cluster.mem_capacity[able].max())
+    return cpus, mem
+
+
 def _build(profile: Profile, tenant: IntArray, gpus: IntArray, status_idx: IntArray, duration: FloatArray,
            attempts: IntArray, failed: FloatArray, user_rank: IntArray, family: IntArray,
-           variant: FloatArray, submit: FloatArray, seed: int, cpu_demands: bool = False) -> Workload:
+           variant: FloatArray, submit: FloatArray, seed: int, cpu_demands: bool = False,
+           cluster: Cluster | None = None) -> Workload:
     """Turn the arrays into JobSpecs. Arrays are iid per job, so the i-th arrival goes to job i.
 
     Everything that can be is computed as whole columns first; the loop only assembles objects
     (it is most of the generation time at 100k jobs).
     """
     n = len(gpus)
-    per_server = profile.gpus_per_server
+    per_server = profile.gpus_per_server if cluster is None else _server_gpus(cluster)
     learners = np.where(gpus > per_server, gpus // per_server, 1)
     gpl = np.where(gpus > per_server, per_server, gpus)
     cpu_per_gpu = np.array([m.cpus_per_gpu for m in profile.models])[family]
     mem_per_gpu = np.array([m.mem_gb_per_gpu for m in profile.models])[family]
     # A learner never asks for more than one server holds (it must fit somewhere).
-    cpus = np.minimum(cpu_per_gpu * gpl, profile.server_cpus)
-    mem = np.minimum(mem_per_gpu * gpl, profile.server_mem_gb)
+    server_cpus: float | FloatArray = profile.server_cpus
+    server_mem: float | FloatArray = profile.server_mem_gb
+    if cluster is not None:
+        server_cpus, server_mem = _room_per_learner(cluster, gpl)
+    cpus = np.minimum(cpu_per_gpu * gpl, server_cpus)
+    mem = np.minimum(mem_per_gpu * gpl, server_mem)
     if not cpu_demands:
         cpus = np.zeros_like(cpus)
         mem = np.zeros_like(mem)

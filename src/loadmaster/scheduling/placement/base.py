@@ -17,6 +17,9 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 class Placer(ABC):
     name: ClassVar[str]
+    # True if cache_key() changes with time alone (a placer that relaxes constraints as jobs wait): a
+    # Session then cannot keep jobs in classes between decisions and ranks the whole queue each time.
+    time_dependent_key: ClassVar[bool] = False
 
     @abstractmethod
     def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,

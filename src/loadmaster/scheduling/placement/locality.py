@@ -53,6 +53,7 @@ DEFAULT_RACK_WAIT_S = 0.40 * 3600.0  # 1,440 s
 
 class LocalityPlacer(Placer):
     name = "locality"
+    time_dependent_key = True  # the wait a job has done decides how local it must be
 
     def __init__(self, node_wait_s: float = DEFAULT_NODE_WAIT_S, rack_wait_s: float = DEFAULT_RACK_WAIT_S) -> None:
         if not (0 <= node_wait_s <= rack_wait_s):

@@ -17,6 +17,7 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 class PerJobPlacer(Placer):
     name = "per-job"
+    time_dependent_key = True  # whatever the jobs' own placers do (locality is one of them)
 
     def __init__(self, default: Placer, registry: Mapping[str, Callable[[], Placer]]) -> None:
         self.default = default

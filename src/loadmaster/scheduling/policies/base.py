@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import ClassVar
 
+from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 
@@ -83,6 +84,12 @@ class Policy(ABC):
         are released, so may_preempt sees the gate as it changes."""
         return (v for v in victims() if self.may_preempt(snap, gate, job, v))
 
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        """At most how many GPUs displacing every job victim_candidates() may give `job` frees (None: not
+        known). decide() gives up on a displacement that cannot free enough GPUs without walking the
+        victims one by one, where the gate keeps no books (Gate itself)."""
+        return None
+
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:
         """Lower keys are preempted first. Default: the most recently started (least work to lose)."""
         return (-(victim.started_at or 0.0),)
@@ -108,3 +115,42 @@ class Policy(ABC):
     def blocks_others(self, job: JobView) -> bool:
         """True if a job that cannot start should hold back every job ranked after it (strict order)."""
         return False
+
+    # -- keeping the order between decisions (scheduling.session.Session) ------------------------------
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        """The queued job's place in rank(), as a key that stays valid while it waits (until order_until):
+        rank() must be the queue sorted by (class_order, order_key), every key distinct (end with the job
+        id). A Session then keeps the queue sorted between decisions instead of ranking it at each one.
+        None (the default): no such key; a Session ranks the whole queue at every decision."""
+        return None
+
+    def class_order(self, snap: Snapshot, job: JobView) -> tuple[object, ...]:
+        """The part of the job's rank that every job of its decision class shares and that may change
+        between decisions (fair: its tenant's share of its quota). Asked once per class per decision."""
+        return ()
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """After a decision on `snap` that changed nothing (no action, no reason), the earliest clock at
+        which time alone could make this policy decide differently, for a shell that decides on a timer
+        (round_s) and may skip the rounds before it. `heads` holds a queued job of each decision class
+        (any job of a class may stand for it: decision_class() promises they are treated alike). An
+        earlier time than the exact one is allowed; a later one is a bug. Default: the snapshot's own
+        clock, i.e. no round may be skipped. Changes of a queued job's order are the Session's
+        (order_until), not this hook's."""
+        return snap.clock
+
+    def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        """The group whose jobs a walk_order() takes in order_key order (DRF: the tenant); None: no groups."""
+        return None
+
+    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group],
+                   class_of: Callable[[str], JobClass]) -> WalkOrder | None:
+        """The queue in this policy's order for one Session decision, when it is not (class_order,
+        order_key): DRF's progressive filling re-ranks tenants as their jobs start. `groups` are the queued
+        jobs by order_group, `class_of` a job id's class. None (the default): the Session merges classes."""
+        return None
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        """Until when (clock) the queued job's order_key and decision_class stay what they are now, with
+        time alone; an earlier time than the exact one is allowed (the Session asks again then)."""
+        return float("inf")

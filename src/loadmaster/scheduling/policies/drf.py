@@ -24,6 +24,8 @@ amount; the gate only learns the GPU count); running jobs count what their alloc
 from __future__ import annotations
 
 import heapq
+import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from itertools import takewhile
 from typing import overload
@@ -36,6 +38,8 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.windows import next_window_s
+from loadmaster.scheduling.queue_index import Group, JobClass, Key, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
 _EPS = 1e-12
@@ -67,7 +71,7 @@ class DrfGate(Gate):
         self.gpus_only = used_cpus <= 1e-6 * max(1.0, total_cpus) and used_mem <= 1e-6 * max(1.0, total_mem)
         self.usage: dict[str, list[float]] = {}
         self.running_tenants = tuple(snap.tenant_gpus if self.gpus_only else snap.running_by_tenant)
-        active = set(self.running_tenants) | {j.spec.tenant for j in snap.queued}
+        active = set(self.running_tenants) | snap.queued_tenants
         weighted = any(q.gpus > 0 for q in quotas.values())
         self.weight: dict[str, float] = {}
         for t in active:
@@ -164,6 +168,35 @@ class DrfGate(Gate):
         return Admission.GUARANTEED
 
 
+# A tenant's entry in the progressive-filling heap: (tier, weighted share, submit time of its next job,
+# tenant, position of that job in its queue).
+_Entry = tuple[int, float, float, str, int]
+
+
+def _current_top(heap: list[_Entry], share: Callable[[str], tuple[int, float]]) -> _Entry | None:
+    """The top entry once it is current (None if the heap is empty). An entry goes stale when its tenant's
+    usage changes (a start, or a victim released) and is refreshed when it reaches the top. A tenant's
+    share can only fall while it is not on top (victims), so a stale entry is offered late at worst,
+    never early."""
+    while heap:
+        top = heap[0]
+        now = share(top[3])
+        if now[0] == top[0] and now[1] == top[1]:
+            return top
+        heapq.heapreplace(heap, (now[0], now[1], top[2], top[3], top[4]))
+    return None
+
+
+def _replace_top(heap: list[_Entry], entry: _Entry) -> None:
+    """The top tenant's entry for its next job. Still no larger than both children (its share did not grow:
+    nothing started), the heap stays a heap with the entry in place, no sifting; else the usual replace."""
+    n = len(heap)
+    if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
+        heap[0] = entry
+    else:
+        heapq.heapreplace(heap, entry)
+
+
 class _ProgressiveOrder(Sequence[JobView]):
     """Queued jobs in progressive-filling order, computed lazily: iterating asks the gate for the current
     shares, so a tenant whose job decide() has just started drops back. Iterate it once; indexing gives
@@ -180,18 +213,10 @@ class _ProgressiveOrder(Sequence[JobView]):
     def __iter__(self) -> Iterator[JobView]:
         share = self.gate.share
         by_tenant = self.by_tenant
-        # (tier, weighted share, submit time of the tenant's next job, tenant, index of that job). An
-        # entry goes stale when its tenant's usage changes (a start, or a victim released) and is
-        # refreshed when it reaches the top. A tenant's share can only fall while it is not on top
-        # (victims), so a stale entry is offered late at worst, never early.
-        heap = [(*share(t), js[0].spec.submit_time_s, t, 0) for t, js in by_tenant.items()]
+        heap: list[_Entry] = [(*share(t), js[0].spec.submit_time_s, t, 0) for t, js in by_tenant.items()]
         heapq.heapify(heap)
-        while heap:
-            tier, level, _, t, i = top = heap[0]
-            now = share(t)
-            if now[0] != tier or now[1] != level:
-                heapq.heapreplace(heap, (*now, top[2], t, i))
-                continue
+        while (top := _current_top(heap, share)) is not None:
+            _, _, _, t, i = top
             jobs = by_tenant[t]
             yield jobs[i]
             i += 1
@@ -199,14 +224,7 @@ class _ProgressiveOrder(Sequence[JobView]):
                 heapq.heappop(heap)
                 continue
             now = share(t)
-            entry = (now[0], now[1], jobs[i].spec.submit_time_s, t, i)
-            n = len(heap)
-            # Still no larger than both children (the tenant's share did not grow: nothing started): the
-            # heap stays a heap with the entry in place, no sifting. Else the usual replace.
-            if (n < 2 or entry <= heap[1]) and (n < 3 or entry <= heap[2]):
-                heap[0] = entry
-            else:
-                heapq.heapreplace(heap, entry)
+            _replace_top(heap, (now[0], now[1], jobs[i].spec.submit_time_s, t, i))
 
     def __len__(self) -> int:
         return self._len
@@ -221,6 +239,103 @@ class _ProgressiveOrder(Sequence[JobView]):
         if self._list is None:
             self._list = list(iter(self))
         return self._list[i]
+
+
+class _SkippingProgressiveOrder:
+    """_ProgressiveOrder for a Session's walk (queue_index.WalkOrder): the same heap of tenants, entries and
+    stale-entry refreshes, step for step, except that the jobs whose class was answered since the last
+    start are not handed out. decide() answers those from its memo without changing anything, so while
+    they would be handed out the tenant on top stays on top (its next entry is no larger than its
+    children's, which nothing touches), and they are skipped in one go: to the first job of an unanswered
+    class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
+
+    def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass]) -> None:
+        self.share = gate.share
+        self.groups = groups
+        self.class_of = class_of
+        self.heap: list[_Entry] = [
+            (*gate.share(str(t)), _submit(g.keys[0]), str(t), 0) for t, g in groups.items()]
+        heapq.heapify(self.heap)
+        self.answered_since: set[JobClass] = set()
+        self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
+
+    def answered(self, cls: JobClass) -> None:
+        self.answered_since.add(cls)
+
+    def started(self, cls: JobClass, i: int, order: Key, key: Key) -> None:
+        self.answered_since.clear()
+
+    def next(self) -> tuple[JobClass, int, Key, Key] | None:
+        heap = self.heap
+        if self.handed is not None:
+            self._after(*self.handed)
+            self.handed = None
+        while (top := _current_top(heap, self.share)) is not None:
+            tier, level, _, t, i = top
+            group = self.groups[t]
+            p = self._first_unanswered(group, i)
+            if p > i:
+                end = self._stays_on_top(group, i, top)
+                if p >= end:  # every job it would hand out before leaving the top is answered
+                    if end == len(group.keys):
+                        heapq.heappop(heap)
+                    else:
+                        heapq.heapreplace(heap, (tier, level, _submit(group.keys[end]), t, end))
+                    continue
+                heap[0] = (tier, level, _submit(group.keys[p]), t, p)
+            self.handed = (t, p)
+            key = group.keys[p]
+            cls = self.class_of(group.views[p].job_id)
+            return cls, bisect_left(cls.keys, key), (), key
+        return None
+
+    def _after(self, t: str, i: int) -> None:
+        """_ProgressiveOrder after handing out the tenant's job i: its next job's entry, at the top if it is
+        no larger than both children, else down the heap."""
+        heap = self.heap
+        group = self.groups[t]
+        i += 1
+        if i == len(group.keys):
+            heapq.heappop(heap)
+            return
+        now = self.share(t)
+        _replace_top(heap, (now[0], now[1], _submit(group.keys[i]), t, i))
+
+    def _first_unanswered(self, group: Group, i: int) -> int:
+        """The first position at or after i in the tenant's queue whose class has not been answered."""
+        first = len(group.keys)
+        at = group.keys[i]
+        answered = self.answered_since
+        for cls in group.classes:
+            if cls in answered:
+                continue
+            j = bisect_left(cls.keys, at)
+            if j < len(cls.keys):
+                first = min(first, bisect_left(group.keys, cls.keys[j]))
+        return first
+
+    def _stays_on_top(self, group: Group, i: int, top: _Entry) -> int:
+        """The first position after i whose entry would be larger than a child of the top (the tenant then
+        leaves the top), or the queue's length."""
+        heap = self.heap
+        n = len(heap)
+        if n < 2:
+            return len(group.keys)
+        bound = heap[1] if n < 3 or heap[1] <= heap[2] else heap[2]
+        tier, level, _, t, _ = top
+        if (tier, level) < bound[:2]:
+            return len(group.keys)
+        # Same tier and level: entries (tier, level, submit_j, t, j) grow with j; the first one above the bound
+        # has a later submit time, or the same one and a tenant name that sorts after the bound's.
+        submit = bound[2]
+        first = (bisect_right(group.keys, submit, key=_submit) if t < bound[3]
+                 else bisect_left(group.keys, submit, key=_submit))
+        return max(i + 1, first)
+
+
+def _submit(key: Key) -> float:
+    """A DRF order key's submit time (order_key: submit time, job id)."""
+    return key[0]  # type: ignore[return-value]  # (a cast() here costs a call per bisection step)
 
 
 class DrfPolicy(Policy):
@@ -263,6 +378,27 @@ class DrfPolicy(Policy):
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         assert isinstance(gate, DrfGate)
         return gate.within_entitlement(job)
+
+    # -- a Session keeps each tenant's queue in FIFO order and walks it by progressive filling ----------
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (job.spec.submit_time_s, job.spec.job_id)
+
+    def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
+        return job.spec.tenant
+
+    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group],
+                   class_of: Callable[[str], JobClass]) -> WalkOrder | None:
+        assert isinstance(gate, DrfGate)
+        return _SkippingProgressiveOrder(gate, groups, class_of)
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """Shares change only with events, so if no waiting class may displace anyone now, none may until
+        one; else displaceable jobs are added only when a running job completes a checkpoint."""
+        gate = self.gate(snap)
+        self._current = None  # a gate for this question only, not for the next rank()
+        if not any(gate.within_entitlement(h) for h in heads):
+            return math.inf
+        return next_window_s(snap.running, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as

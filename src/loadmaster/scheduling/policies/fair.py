@@ -73,17 +73,21 @@ class FairPolicy(Policy):
     def gate(self, snap: Snapshot) -> QuotaGate:
         return QuotaGate(snap, self._quotas(snap))
 
+    def share(self, snap: Snapshot, tenant: str) -> float:
+        """GPUs the tenant holds over its quota (infinite without one): tenants furthest below go first."""
+        q = self._quotas(snap).get(tenant)
+        nominal = q.gpus if q else 0
+        return snap.tenant_gpus.get(tenant, 0) / nominal if nominal > 0 else float("inf")
+
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
-        quotas = self._quotas(snap)
-        usage = snap.tenant_gpus
-
-        def share(tenant: str) -> float:
-            q = quotas.get(tenant)
-            nominal = q.gpus if q else 0
-            return usage.get(tenant, 0) / nominal if nominal > 0 else float("inf")
-
-        shares = {t: share(t) for t in {j.spec.tenant for j in snap.queued}}
+        shares = {t: self.share(snap, t) for t in {j.spec.tenant for j in snap.queued}}
         return sorted(snap.queued, key=lambda j: (shares[j.spec.tenant], j.spec.submit_time_s, j.spec.job_id))
+
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (job.spec.submit_time_s, job.spec.job_id)
+
+    def class_order(self, snap: Snapshot, job: JobView) -> tuple[object, ...]:
+        return (self.share(snap, job.spec.tenant),)  # the decision class is the tenant
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         assert isinstance(gate, QuotaGate)

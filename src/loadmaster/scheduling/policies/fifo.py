@@ -24,5 +24,8 @@ class FifoPolicy(Policy):
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         return ()  # every job of one shape is treated alike
 
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (job.spec.submit_time_s, job.spec.job_id)
+
     def blocks_others(self, job: JobView) -> bool:
         return self.strict

@@ -50,11 +50,13 @@ on which the job itself runs fastest.
 
 from __future__ import annotations
 
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from operator import attrgetter, itemgetter
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
@@ -64,6 +66,7 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.windows import enough_victims_at
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 TIRESIAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3250.0,)
@@ -74,6 +77,14 @@ _RANK_KEY = itemgetter(0, 1, 2)  # queue, submit time, job id
 _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
 _AS_OF = attrgetter("as_of")
+_ATTAINED = attrgetter("attained_gpu_s")
+
+
+def _before(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    """windows.before() of every element."""
+    with np.errstate(invalid="ignore"):
+        out: npt.NDArray[np.float64] = np.where(np.isfinite(t), t - np.abs(t) * 1e-12 - 1e-9, t)
+    return out
 
 # Relative training throughput per GPU type, V100 = 1.0: the same numbers as the simulator's
 # DEFAULT_TYPE_SPEED (sim/perf.py, medians over Gavel's models), repeated because scheduling may not
@@ -103,7 +114,9 @@ class LasPolicy(KeyedPolicy):
         self._queues: tuple[Snapshot, dict[int, tuple[JobView, int]]] | None = None
         # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
         # the jobs). See victim_candidates().
-        self._displaceable: tuple[Snapshot, list[int], list[JobView]] | None = None
+        self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
+        # Per running view (by identity): what next_change_s needs of it that does not change while it runs.
+        self._facts: dict[int, tuple[JobView, tuple[float, float, float]]] = {}
 
     # -- attained service: what `las-het` redefines ---------------------------------------------------
     def service(self, job: JobView, clock: float) -> float:
@@ -181,6 +194,108 @@ class LasPolicy(KeyedPolicy):
         keyed.sort(key=_RANK_KEY)
         return [k[3] for k in keyed]
 
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (self.queue(snap, job), job.spec.submit_time_s, job.spec.job_id)
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        """A waiting job's queue changes with time alone once: when it starves and is promoted."""
+        if self.starve_factor is None or not self.thresholds or job.allocation is not None:
+            return math.inf
+        if self.service(job, snap.clock) < self.thresholds[0] or self._starving(job, snap.clock - job.queued_since):
+            return math.inf  # in the first queue already, and a promoted job stays promoted while it waits
+        gpus = job.spec.gpus
+        executed = job.attained_gpu_s / gpus if gpus > 0 else 0.0
+        if executed <= 0:
+            return math.inf
+        at = job.queued_since + self.starve_factor * executed
+        return at - abs(at) * 1e-12 - 1e-9  # rounding must never put the promotion after this
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """Nobody waiting can displace anyone (every waiting class is in the last queue): only a promotion
+        (the Session's) changes that. Else a waiting job of queue q may displace the running jobs of a queue
+        above q that are in their checkpoint window; that set grows only when one completes a checkpoint
+        or crosses threshold q, and a gang still short of GPUs with all of them released cannot start
+        before enough new ones have joined (windows.enough_victims_at)."""
+        last = len(self.thresholds)
+        needs: dict[int, float] = {}  # queue -> the smallest gang of that queue that may displace others
+        for h in heads:
+            q = self.queue(snap, h)
+            if q < last:
+                spec = h.spec
+                gpus = float(spec.gpus_per_learner * (spec.min_learners or spec.learners))
+                needs[q] = min(needs.get(q, math.inf), gpus)
+        if not needs or not snap.running:
+            return math.inf
+        clock = snap.clock
+        running = snap.running
+        n = len(running)
+        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
+        rate = np.fromiter(map(_RATE, running), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        facts = np.array([self._run_facts(v) for v in running], dtype=np.float64).reshape(n, 3)
+        held, base = facts[:, 0], facts[:, 2]  # GPUs held, service before a promoted run
+        service = self._services(snap, running, facts) - base
+        opens = np.full(n, math.inf)
+        if self.max_loss_s is None:
+            opens[:] = clock
+        else:
+            opens[np.asarray(self._displaceable_all(snap, running))] = clock
+            ckpt = self.checkpoint_interval_s
+            later = (opens > clock) & (rate > 0)
+            if ckpt > 0 and later.any():
+                work = done + rate * np.maximum(0.0, clock - as_of)
+                target = (np.floor(work / ckpt) + 1) * ckpt
+                opens[later] = _before((as_of + (target - done) / np.where(rate > 0, rate, 1.0))[later])
+        free = float(snap.free_gpus.sum())
+        soon = math.inf
+        for q, need in needs.items():
+            if q + 1 > last:
+                continue
+            threshold = self.thresholds[q]
+            crosses = np.where(service >= threshold, clock, self._reach_times(running, facts, threshold + base))
+            at = np.maximum(crosses, opens)
+            now = at <= clock
+            counted = float(held[now].sum())
+            pending = (~now) & np.isfinite(at)
+            soon = min(soon, enough_victims_at(zip(at[pending].tolist(), held[pending].tolist(), strict=True),
+                                               need - free - counted))
+        return soon
+
+    def _run_facts(self, job: JobView) -> tuple[float, float, float]:
+        """A running job's GPUs held, GPUs of its gang, and the service its current run does not count
+        (all of it before the run when it was promoted at its start, else 0); kept per view."""
+        memo = self._facts
+        hit = memo.get(id(job))
+        if hit is not None and hit[0] is job:
+            return hit[1]
+        if len(memo) > 4096:
+            memo.clear()
+        alloc = job.allocation
+        assert alloc is not None
+        promoted = job.started_at is not None and self._starving(job, job.started_at - job.queued_since)
+        facts = (float(alloc.gpus), float(job.spec.gpus), self.service_before_run(job) if promoted else 0.0)
+        memo[id(job)] = (job, facts)
+        return facts
+
+    def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
+        """service() of every running job, with the same float operations (GPU-seconds held)."""
+        n = len(running)
+        attained = np.fromiter(map(_ATTAINED, running), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        return attained + facts[:, 0] * np.maximum(0.0, snap.clock - as_of)
+
+    def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
+                     service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """When each running job's service reaches `service` (rounded down; inf if it holds no GPU)."""
+        n = len(running)
+        attained = np.fromiter(map(_ATTAINED, running), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        held = facts[:, 0]
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = as_of + (service - attained) / held
+        return np.where(held > 0, _before(at), math.inf)
+
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """May `victim` be displaced now? With max_loss_s, only once it has saved a checkpoint since it
         (re)started (a run cut short before that is wholly lost, and the restart paid for nothing), and
@@ -204,13 +319,27 @@ class LasPolicy(KeyedPolicy):
         # queue than the job's are a prefix of them. Only that run is built (once per snapshot: the running
         # jobs that are displaceable now, sorted by victim_key), not decide()'s list of every running job,
         # and each job cuts its prefix by bisection instead of walking it.
+        run = self._displaceable_run(snap)
+        return iter(run[2][:bisect_left(run[1], -self.queue(snap, job))])
+
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        run = self._displaceable_run(snap)
+        return run[3][bisect_left(run[1], -self.queue(snap, job))]
+
+    def _displaceable_run(self, snap: Snapshot) -> tuple[Snapshot, list[int], list[JobView], list[float]]:
+        """The running jobs displaceable now in victim_key order, minus each one's queue, and the GPUs of
+        each prefix of them (once per snapshot)."""
         run = self._displaceable
         if run is None or run[0] is not snap:
             running = snap.running
             jobs = [v for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok]
             jobs.sort(key=lambda v: self.victim_key(snap, v))
-            run = self._displaceable = (snap, [-self.queue(snap, v) for v in jobs], jobs)
-        return iter(run[2][:bisect_left(run[1], -self.queue(snap, job))])
+            held = [0.0]
+            for v in jobs:
+                assert v.allocation is not None
+                held.append(held[-1] + v.allocation.gpus)
+            run = self._displaceable = (snap, [-self.queue(snap, v) for v in jobs], jobs, held)
+        return run
 
     def _displaceable_all(self, snap: Snapshot, jobs: Sequence[JobView]) -> list[bool]:
         """displaceable() of every job at once, with the same float operations (this runs over every
@@ -257,6 +386,26 @@ class HetLasPolicy(LasPolicy):
 
     def service_before_run(self, job: JobView) -> float:
         return job.spec.gpus * job.work_done_s
+
+    def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
+        n = len(running)
+        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
+        rate = np.fromiter(map(_RATE, running), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        return facts[:, 1] * (done + rate * np.maximum(0.0, snap.clock - as_of))
+
+    def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
+                     service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        n = len(running)
+        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
+        rate = np.fromiter(map(_RATE, running), np.float64, n)
+        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        gpus = facts[:, 1]
+        ok = (gpus > 0) & (rate > 0)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            at = as_of + (service / gpus - done) / rate
+        return np.where(ok, _before(at), math.inf)
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         return (self.queue(snap, job), job.spec.type_speed)  # the preference follows the job's own speeds

@@ -42,6 +42,9 @@ class PriorityPolicy(KeyedPolicy):
         # Classes in order, FIFO by submit time within one (KeyedPolicy's order with the key inlined).
         return sorted(snap.queued, key=lambda j: (-j.spec.priority, j.spec.submit_time_s, j.spec.job_id))
 
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (-job.spec.priority, job.spec.submit_time_s, job.spec.job_id)
+
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         return victim.spec.priority < job.spec.priority
 

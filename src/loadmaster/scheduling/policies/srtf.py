@@ -79,6 +79,7 @@ class SrtfPolicy(KeyedPolicy):
         self.restart_overhead_s = restart_overhead_s
         # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
         self._ranked: tuple[Snapshot, npt.NDArray[np.float64], list[int], Sequence[JobView]] | None = None
+        self._held_memo: tuple[Snapshot, npt.NDArray[np.float64]] | None = None
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
@@ -87,6 +88,13 @@ class SrtfPolicy(KeyedPolicy):
         # KeyedPolicy's order, with the key inlined: this sort runs over the whole queue every decision.
         clock = snap.clock
         return sorted(snap.queued, key=lambda j: (j.remaining_at(clock), j.spec.submit_time_s, j.spec.job_id))
+
+    def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
+        return (job.remaining_at(snap.clock), job.spec.submit_time_s, job.spec.job_id)
+
+    def order_until(self, snap: Snapshot, job: JobView) -> float:
+        # A queued job makes no progress (rate 0): its remaining work stays put while it waits.
+        return float("inf") if job.rate == 0 else snap.clock
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> float:
         """The remaining work a job must beat to displace `victim`: its own, less what preempting it costs."""
@@ -150,3 +158,18 @@ class SrtfPolicy(KeyedPolicy):
         neg_gains, order, jobs = self._by_gain(snap)
         k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
         return (jobs[i] for i in order[:k])
+
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        neg_gains, _, _ = self._by_gain(snap)
+        k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
+        return float(self._held(snap)[k])
+
+    def _held(self, snap: Snapshot) -> npt.NDArray[np.float64]:
+        """GPUs held by each prefix of the running jobs in _by_gain order (once per snapshot)."""
+        held = self._held_memo
+        if held is None or held[0] is not snap:
+            _, order, jobs = self._by_gain(snap)
+            gpus = np.fromiter((jobs[i].allocation.gpus for i in order  # type: ignore[union-attr]
+                                ), np.float64, len(order))
+            held = self._held_memo = (snap, np.concatenate(([0.0], np.cumsum(gpus))))
+        return held[1]

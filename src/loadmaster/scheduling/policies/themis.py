@@ -63,7 +63,7 @@ import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import JobSpec
-from loadmaster.core.profiles import family_of
+from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -270,8 +270,10 @@ class _Round:
 
         This is the policy's hot spot on a large cluster (it looks at every running job), so it skips
         those that provably stay at or above `rho`. A job that can never run faster than its nominal gang
-        on its best placement (rate <= 1) has done no more work than the time since it was submitted, so if
-        preempted, T_shared >= duration + restart and rho_if_preempted > min(1, share / gpus). With rho <= 1
+        at its request on its best placement (rate <= 1: it cannot grow, and no CPU-aware placer can give it
+        CPUs that speed it up, core.profiles.max_cpu_speed) has done no more work than the time since it was
+        submitted, so if preempted, T_shared >= duration + restart and rho_if_preempted > min(1, share /
+        gpus). With rho <= 1
         (typically a wide job waiting for room) only gangs wider than share / rho can qualify, usually none
         or a few. Built once per snapshot for the lowest such width asked for (the worst-rho job asks
         first); a list built for a lower width serves every later ask, since the caller stops at the first
@@ -290,7 +292,8 @@ class _Round:
                     continue
                 spec = v.spec
                 if (spec.learners * spec.gpus_per_learner <= min_gpus
-                        and (spec.max_learners or 0) <= spec.learners):  # may not grow: rate <= 1
+                        and (spec.max_learners or 0) <= spec.learners  # may not grow
+                        and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
                 victim_rho = _rho_if_preempted(v, clock, share, ckpt, restart)
                 known[v.job_id] = victim_rho

@@ -1,0 +1,56 @@
+"""When time alone can let a waiting job displace a running one: the hooks behind Policy.next_change_s.
+
+A shell that decides on a timer (the simulator's rounds) may skip every round before the earliest such
+time once a decision changed nothing. Displacement under a checkpoint window (in_checkpoint_window) is
+possible only just after a running job completes a checkpoint, so the set of jobs a waiting job may
+displace grows only at checkpoints (and, for LAS, when a running job's service crosses a threshold); a
+waiting job that could not start by displacing a larger set cannot start with a smaller one (releasing
+fewer jobs frees no more room). Every time computed here is rounded down a little (`before`): a round
+made early costs a decision, a round skipped late would change a result.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+
+from loadmaster.scheduling.snapshot import JobView
+
+
+def before(t: float) -> float:
+    """A clock just below `t`: a time computed in floats must never land after the event it predicts."""
+    return t - abs(t) * 1e-12 - 1e-9
+
+
+def next_checkpoint_at(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
+    """When running `job` next completes a checkpoint after `clock` (a checkpoint window opens then):
+    infinite without checkpoints or progress."""
+    if checkpoint_interval_s <= 0 or job.rate <= 0:
+        return math.inf
+    work = job.work_at(clock)
+    target = (math.floor(work / checkpoint_interval_s) + 1) * checkpoint_interval_s
+    return before(job.as_of + (target - job.work_done_s) / job.rate)
+
+
+def next_window_s(running: Iterable[JobView], clock: float, checkpoint_interval_s: float,
+                  max_loss_s: float | None) -> float:
+    """The earliest clock after which one of `running` may become displaceable under in_checkpoint_window:
+    when one of them completes its next checkpoint. A job only leaves its window between two checkpoints
+    (its work grows), so nothing joins the displaceable set before that. Infinite when every job is
+    displaceable at any time (max_loss_s None) or none checkpoints."""
+    if max_loss_s is None or checkpoint_interval_s <= 0:
+        return math.inf
+    return min((next_checkpoint_at(v, clock, checkpoint_interval_s) for v in running), default=math.inf)
+
+
+def enough_victims_at(gpus: Iterable[tuple[float, float]], deficit: float) -> float:
+    """The earliest clock at which the victims becoming displaceable (each a (clock, GPUs) pair, in any
+    order) could cover `deficit` GPUs that a waiting gang still lacks with every job it may displace now:
+    before then it cannot start, however its victims are chosen. deficit <= 0 (enough GPUs now, but not in
+    the gang's shape): the first new victim."""
+    got = 0.0
+    for at, g in sorted(gpus):
+        got += g
+        if got >= deficit:
+            return at
+    return math.inf

@@ -1,0 +1,426 @@
+"""A decide() kept between calls: the queue in the policy's order, so a decision costs what changed.
+
+decide(snapshot, policy, placer) ranks the whole queue and answers every job each time. Most of that
+is repetition: between two decisions a few jobs arrive or end, and jobs the policy and placer cannot
+tell apart (one *alike key*: shape, placer cache key, decision class; decide.py) get one answer per
+key until something starts. A Session keeps the queued jobs sorted, per alike key, by the policy's
+order_key() and walks only the head of each key (a merge over keys): after a start, the keys already
+answered resume at their first job ranked after it. What the walk learns is, per key, the reason of
+each run of jobs between two starts; the Plan reports a Wait only for the jobs whose reason differs
+from the one the previous plan gave them. The answers are decide()'s, call for call: the same
+_Round does every placement and displacement in the same order (tests/scheduling/test_session.py
+compares the two on random worlds, tests/sim/test_golden.py every simulation).
+
+How a shell uses it (the simulator does; the control loop can do the same):
+- `add(view)` when a job joins the queue (arrival, requeue after a preemption or failed attempt, a
+  changed queued view such as a scale request), `remove(job_id)` when it leaves (started, rejected,
+  cancelled). Running jobs, capacity and quotas come with each snapshot as before.
+- `decide(snapshot)` with a snapshot whose `queued` is `session.queued` (a LazyJobs: nothing copies the
+  queue unless a policy iterates it) and `queued_tenants=session.queued_tenants`. Apply the plan; a Wait
+  in it is a *change* of reason.
+- `tenants_changed()` after quotas change (a tenant's jobs may become impossible or possible).
+- `next_change_s()`: the earliest clock at which time alone can change a queued job's order or class
+  (LAS promotions); with Policy.next_change_s(snapshot, session.heads()) for the running jobs, a shell
+  that decides on a timer may skip the rounds before it once a plan changed nothing.
+
+A policy that ranks by something other than (class order, order key) gives its own walk (walk_order:
+DRF's progressive filling, queue_index.WalkOrder). Policies that keep no order between decisions
+(order_key None: themis) and placers whose cache key changes with time (locality) run through the same
+interface in *full* mode: decide() on the whole queue, and a Wait for every job whose reason changed,
+found by comparing all of them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+
+from loadmaster.core.job import Allocation
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.decide import _Round, decide
+from loadmaster.scheduling.placement.base import Placer
+from loadmaster.scheduling.plan import Plan, Reject, Wait, WaitReason
+from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
+from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
+
+# Waiting reasons that let decide() grow elastic jobs (decide._Round.grows_elastic).
+_LETS_ELASTIC_GROW = (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT)
+
+
+@dataclass(slots=True)
+class _Entry:
+    cls: JobClass
+    key: Key
+    until: float
+    group: Group | None
+
+
+class Session:
+    """One policy and one placer, and the queue they decide over, kept from one decision to the next."""
+
+    def __init__(self, policy: Policy, placer: Placer) -> None:
+        self.policy = policy
+        self.placer = placer
+        self.incremental = (type(policy).order_key is not Policy.order_key and not placer.time_dependent_key)
+        self._uses_class_order = type(policy).class_order is not Policy.class_order
+        self._jobs: dict[str, JobView] = {}
+        self._tenants: dict[str, int] = {}  # queued jobs per tenant
+        # Incremental mode: the classified jobs, their classes, and jobs to (re)classify at the next decision
+        # with the reason they had before (None: never given one).
+        self._entries: dict[str, _Entry] = {}
+        self._classes: dict[object, JobClass] = {}
+        self._groups: dict[object, Group] = {}  # for policies that rank by group (Policy.order_group)
+        self._pending: dict[str, WaitReason | None] = {}
+        self._until: list[tuple[float, int, str]] = []  # (order_until, seq, job id): jobs to re-key then
+        self._seq = itertools.count()
+        self._ident = itertools.count()
+        # Full mode: the reason each queued job was last given.
+        self._reason: dict[str, WaitReason] = {}
+
+    # -- what the shell tells it -------------------------------------------------------------------------
+    @property
+    def queued(self) -> LazyJobs:
+        """The queued jobs, for the snapshot (copied only if a policy iterates them)."""
+        jobs = self._jobs
+        return LazyJobs(lambda: tuple(jobs.values()), len(jobs))
+
+    def __len__(self) -> int:
+        return len(self._jobs)
+
+    def __contains__(self, job_id: object) -> bool:
+        return job_id in self._jobs
+
+    def queued_tenants(self) -> list[str]:
+        """Tenants with a queued job (a Snapshot.build provider)."""
+        return list(self._tenants)
+
+    def add(self, view: JobView) -> None:
+        """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
+        job_id = view.job_id
+        old = self._jobs.get(job_id)
+        if old is not None:
+            self._count_tenant(old.spec.tenant, -1)
+        self._count_tenant(view.spec.tenant, 1)
+        self._jobs[job_id] = view
+        if self.incremental:
+            self._pending[job_id] = self._detach(job_id)
+
+    def remove(self, job_id: str) -> None:
+        """A job left the queue (started, rejected or cancelled); unknown ids are ignored."""
+        if self.incremental:
+            self._detach(job_id)
+        else:
+            self._reason.pop(job_id, None)
+        view = self._jobs.pop(job_id, None)
+        if view is not None:
+            self._count_tenant(view.spec.tenant, -1)
+
+    def _count_tenant(self, tenant: str, change: int) -> None:
+        n = self._tenants.get(tenant, 0) + change
+        if n:
+            self._tenants[tenant] = n
+        else:
+            del self._tenants[tenant]
+
+    def tenants_changed(self) -> None:
+        """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""
+        for job_id in list(self._entries):
+            self._pending[job_id] = self._detach(job_id)
+
+    def _detach(self, job_id: str) -> WaitReason | None:
+        """Take a job out of its class; returns the reason it had (None if it had none)."""
+        if job_id in self._pending:
+            return self._pending.pop(job_id)
+        entry = self._entries.pop(job_id, None)
+        if entry is None:
+            return None
+        cls = entry.cls
+        reason = cls.reason_at(entry.key)
+        cls.delete(entry.key)
+        if not cls.keys:
+            del self._classes[cls.alike]
+        group = entry.group
+        if group is not None:
+            group.delete(entry.key)
+            group.classes[cls] -= 1
+            if not group.classes[cls]:
+                del group.classes[cls]
+            if not group.keys:
+                del self._groups[cls.group]
+        return reason
+
+    # -- deciding -----------------------------------------------------------------------------------------
+    def decide(self, snap: Snapshot) -> Plan:
+        """decide(snap) with the waits reduced to the reasons that changed. `snap.queued` must hold the
+        session's queued jobs (pass `session.queued`)."""
+        if not self.incremental:
+            return self._decide_full(snap)
+        return _Walk(self, snap).run()
+
+    def next_change_s(self) -> float:
+        """The earliest clock at which a queued job's order or class may change with time alone."""
+        heap = self._until
+        while heap:
+            until, _, job_id = heap[0]
+            entry = self._entries.get(job_id)
+            if entry is not None and entry.until == until:
+                return until
+            heapq.heappop(heap)  # the job left or was classified again since
+        return float("inf")
+
+    def heads(self) -> list[JobView]:
+        """A queued job of each decision class (every queued job in full mode): who might act at all."""
+        if not self.incremental:
+            return list(self._jobs.values())
+        return [cls.views[0] for cls in self._classes.values()] + [self._jobs[j] for j in self._pending]
+
+    def waiting_for(self, reason: WaitReason) -> list[JobView]:
+        """The queued jobs whose last reason is `reason`."""
+        if not self.incremental:
+            return [self._jobs[j] for j, r in self._reason.items() if r is reason]
+        out: list[JobView] = []
+        for cls in self._classes.values():
+            for lo, hi, r in cls.runs():
+                if r is reason:
+                    out += cls.views[lo:hi]
+        return out
+
+    def _decide_full(self, snap: Snapshot) -> Plan:
+        plan = decide(snap, self.policy, self.placer)
+        known = self._reason
+        changed = []
+        for w in plan.waits:
+            if known.get(w.job_id) is not w.reason:
+                changed.append(w)
+                known[w.job_id] = w.reason
+        for s in plan.starts:
+            known.pop(s.job_id, None)
+        for r in plan.rejects:
+            known.pop(r.job_id, None)
+        return Plan(plan.starts, plan.preempts, plan.resizes, plan.rejects, tuple(changed))
+
+    def _entries_class(self, job_id: str) -> JobClass:
+        return self._entries[job_id].cls
+
+    # -- classes ------------------------------------------------------------------------------------------
+    def _classify(self, rnd: _Round, job_id: str) -> None:
+        """Put a pending job into its class (a class of its own if it is rejected or answered alone)."""
+        view = self._jobs[job_id]
+        snap = rnd.snap
+        key = self.policy.order_key(snap, view)
+        assert key is not None, f"{self.policy.name}: order_key() gave None for {job_id}"
+        if rnd.why_never(view):
+            alike: object = ("reject", job_id)
+        else:
+            alike = rnd.alike_key(view)
+            if alike is None:
+                alike = ("alone", job_id)
+        cls = self._classes.get(alike)
+        if cls is None:
+            cls = self._classes[alike] = JobClass(next(self._ident), alike)
+            if isinstance(alike, tuple) and alike and alike[0] in ("reject", "alone") and alike[1] == job_id:
+                cls.solo = str(alike[0])
+        cls.insert(key, view)
+        group = None
+        name = self.policy.order_group(snap, view)
+        if name is not None:
+            cls.group = name
+            group = self._groups.get(name)
+            if group is None:
+                group = self._groups[name] = Group()
+            group.insert(key, view)
+            group.classes[cls] = group.classes.get(cls, 0) + 1
+        until = self.policy.order_until(snap, view)
+        self._entries[job_id] = _Entry(cls, key, until, group)
+        if until != float("inf"):
+            heapq.heappush(self._until, (until, next(self._seq), job_id))
+
+    def _rekey_due(self, snap: Snapshot) -> None:
+        """Jobs whose order or class may have changed with time alone since they were classified."""
+        due = []
+        heap = self._until
+        while heap and heap[0][0] <= snap.clock:
+            _, _, job_id = heapq.heappop(heap)
+            entry = self._entries.get(job_id)
+            if entry is not None and entry.until <= snap.clock:
+                due.append(job_id)
+        for job_id in due:
+            self._pending[job_id] = self._detach(job_id)
+
+
+class _HeadsOrder:
+    """The WalkOrder of a policy whose ranking is (class order, order key): a merge over the heads of the
+    classes (a heap), where a class answered since the last start leaves the merge until the next start,
+    then resumes at its first job ranked after the one that started."""
+
+    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key]) -> None:
+        self.class_order = class_order
+        self.cursor: dict[JobClass, int] = {}
+        self.heap: list[tuple[Key, Key, int, JobClass]] = []
+        for cls in classes:
+            self.cursor[cls] = 0
+            self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
+        heapq.heapify(self.heap)
+        self.answered_since: list[JobClass] = []  # classes answered since the last start
+
+    def next(self) -> tuple[JobClass, int, Key, Key] | None:
+        if not self.heap:
+            return None
+        rank, key, _, cls = heapq.heappop(self.heap)
+        return cls, self.cursor[cls], rank, key
+
+    def answered(self, cls: JobClass) -> None:
+        self.answered_since.append(cls)
+
+    def started(self, cls: JobClass, i: int, rank: Key, key: Key) -> None:
+        heap = self.heap
+        self.cursor[cls] = i + 1
+        if i + 1 < len(cls.keys):
+            heapq.heappush(heap, (rank, cls.keys[i + 1], cls.ident, cls))
+        for other in self.answered_since:
+            if self.class_order(other) != rank:
+                continue  # all its jobs rank before this one
+            j = bisect_right(other.keys, key)
+            if j < len(other.keys):
+                self.cursor[other] = j
+                heapq.heappush(heap, (rank, other.keys[j], other.ident, other))
+        self.answered_since.clear()
+
+
+class _Walk:
+    """One incremental decision: the merge over classes, the reasons it finds, and the plan."""
+
+    def __init__(self, session: Session, snap: Snapshot) -> None:
+        self.session = session
+        self.snap = snap
+        policy = session.policy
+        self.rnd = _Round(snap, policy, session.placer, FreeCapacity(snap), policy.gate(snap))
+        self.rejects: list[Reject] = []
+        self.leaving: set[str] = set()  # started or rejected in this plan
+        # Per class visited: the reasons found, as (key, reason) runs in rank order.
+        self.found: dict[JobClass, list[tuple[Key, WaitReason]]] = {}
+        self.order: dict[JobClass, tuple[object, ...]] = {}
+
+    def run(self) -> Plan:
+        session = self.session
+        session._rekey_due(self.snap)
+        new_ids = list(session._pending)
+        for job_id in new_ids:
+            session._classify(self.rnd, job_id)
+        blocked = self._walk()
+        waits = self._changes(blocked, new_ids)
+        rnd = self.rnd
+        if self.snap.running_elastic and self._only_reasons(_LETS_ELASTIC_GROW):
+            rnd.grow_elastic()
+        return rnd.plan(self.rejects, waits)
+
+    def _class_order(self, cls: JobClass) -> Key:
+        order = self.order.get(cls)
+        if order is None:
+            order = self.order[cls] = (self.session.policy.class_order(self.snap, cls.views[0])
+                                       if self.session._uses_class_order else ())
+        return order
+
+    def _walk(self) -> tuple[Key, Key] | None:
+        """Answer the jobs the order hands out, one per class between starts. Returns where a strict policy
+        stopped (class order, key), or None if every class was answered."""
+        rnd = self.rnd
+        session = self.session
+        policy = session.policy
+        strict = policy.blocks_others
+        may_block = type(policy).blocks_others is not Policy.blocks_others
+        order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class)
+        walk: WalkOrder = order if order is not None else _HeadsOrder(session._classes.values(), self._class_order)
+        while (step := walk.next()) is not None:
+            cls, i, rank, key = step
+            view = cls.views[i]
+            if cls.solo == "reject":
+                why = rnd.why_never(view)
+                assert why, f"{view.job_id} was classified as never fitting"
+                self.rejects.append(Reject(view.job_id, why))
+                self.leaving.add(view.job_id)
+                continue
+            result, placed = rnd.attempt(view)
+            if isinstance(result, Allocation):
+                self.leaving.add(view.job_id)
+                walk.started(cls, i, rank, key)
+                continue
+            runs = self.found.get(cls)
+            if runs is None:
+                # The first job visited is the class's first: its run covers everything before it too, so
+                # it starts at () (below every key) and stays equal from one decision to the next.
+                self.found[cls] = [(LOWEST, result)]
+            else:
+                runs.append((key, result))
+            if cls.solo is None:
+                walk.answered(cls)
+            if placed and may_block and strict(view):
+                return rank, key
+        return None
+
+    def _changes(self, blocked: tuple[Key, Key] | None, new_ids: list[str]) -> list[Wait]:
+        """The Waits of jobs whose reason differs from their last one; each class keeps its new runs."""
+        session = self.session
+        pending = session._pending
+        waits: list[Wait] = []
+        for cls in session._classes.values():
+            runs = self.found.get(cls, [])
+            if blocked is not None:
+                order = self._class_order(cls)
+                if order > blocked[0]:
+                    runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
+                elif order == blocked[0]:
+                    j = bisect_right(cls.keys, blocked[1])
+                    if j == 0:
+                        runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
+                    elif j < len(cls.keys):
+                        runs = [*runs, (cls.keys[j], WaitReason.LOWER_PRIORITY)]
+            if runs != cls.reasons:
+                self._diff(cls, cls.reasons, runs, waits)
+            cls.reasons = runs
+        for job_id in new_ids:
+            before = pending.pop(job_id, None)
+            if job_id in self.leaving:
+                continue
+            entry = session._entries[job_id]
+            now = entry.cls.reason_at(entry.key)
+            assert now is not None
+            if now is not before:
+                waits.append(Wait(job_id, now))
+        return waits
+
+    def _diff(self, cls: JobClass, old: list[tuple[Key, WaitReason]], new: list[tuple[Key, WaitReason]],
+              waits: list[Wait]) -> None:
+        """Waits for the jobs of `cls` (other than new ones and those leaving) whose run changed reason."""
+        pending = self.session._pending
+        leaving = self.leaving
+        bounds = sorted({k for k, _ in old} | {k for k, _ in new})
+        keys = cls.keys
+        for a, b in zip(bounds, [*bounds[1:], None], strict=True):
+            before = reason_at(old, a)
+            now = reason_at(new, a)
+            if before is now or now is None:
+                continue
+            lo = bisect_left(keys, a)
+            hi = len(keys) if b is None else bisect_left(keys, b)
+            for view in cls.views[lo:hi]:
+                job_id = view.job_id
+                if job_id not in pending and job_id not in leaving:
+                    waits.append(Wait(job_id, now))
+
+    def _only_reasons(self, allowed: tuple[WaitReason, ...]) -> bool:
+        """Does every job still waiting after this plan wait for one of `allowed`?"""
+        leaving = self.leaving
+        for cls in self.session._classes.values():
+            for lo, hi, reason in cls.runs():
+                if reason not in allowed and any(v.job_id not in leaving for v in cls.views[lo:hi]):
+                    return False
+        return True
+
+
+
+
