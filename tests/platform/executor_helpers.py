@@ -62,7 +62,8 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str
 
 
 def wait_for_end(executor: Executor, timeout_s: float = 30.0) -> tuple[AttemptEnded, list[Progress]]:
-    """Poll until one attempt ends; everything reported meanwhile comes along."""
+    """Poll until one attempt ends, and release it (as the control loop does once it has recorded the end);
+    everything reported meanwhile comes along."""
     progress: list[Progress] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -70,7 +71,9 @@ def wait_for_end(executor: Executor, timeout_s: float = 30.0) -> tuple[AttemptEn
         progress.extend(result.progress)
         if result.ended:
             assert len(result.ended) == 1, result.ended
-            return result.ended[0], progress
+            ended = result.ended[0]
+            executor.release(ended.job_id, ended.attempt)
+            return ended, progress
         time.sleep(0.05)
     raise AssertionError(f"no attempt ended within {timeout_s} s")
 
