@@ -146,6 +146,7 @@ def test_incremental_capacity_always_equals_a_rebuild(steps: list[tuple[str, int
     snap = builder.build(NOW, {})
     gpus, cpus, mem = free_after(CLUSTER, snap.running)
     assert list(snap.free_gpus) == list(np.maximum(gpus, 0)) and list(snap.free_cpus) == list(np.maximum(cpus, 0))
+    assert list(snap.free_mem) == list(np.maximum(mem, 0))
     held: dict[str, int] = {}
     for view in snap.running:
         assert view.allocation is not None

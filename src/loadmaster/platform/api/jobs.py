@@ -135,13 +135,11 @@ def list_jobs(
 
 
 def queue_entry(ctx: ApiContext, job_id: str, name: str) -> QueueEntryOut | None:
-    if ctx.loop is None:
+    e = ctx.loop.queue_entry(job_id) if ctx.loop is not None else None
+    if e is None:
         return None
-    for e in ctx.loop.queue():
-        if e.job_id == job_id:
-            return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
-                                 wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at)
-    return None
+    return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
+                         wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at)
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=responses(401, 404, 422),

@@ -25,8 +25,9 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from sqlalchemy import bindparam, func, select, update
 
@@ -76,11 +77,10 @@ class QueueView:
     entries: tuple[tuple[str, str, str], ...]  # (job id, tenant, wait reason), position = index + 1
     made_at: float
 
-    def position(self, job_id: str) -> int | None:
-        for i, (j, _, _) in enumerate(self.entries):
-            if j == job_id:
-                return i + 1
-        return None
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """job id -> its index in entries (made on first use: most rounds' queues are never asked for)."""
+        return {job_id: i for i, (job_id, _, _) in enumerate(self.entries)}
 
 
 class ControlLoop:
@@ -189,14 +189,30 @@ class ControlLoop:
         view = self._queue
         estimates = self.estimator.latest if self.estimator is not None else {}
         now = self.ctx.clock()
-        out = []
-        for i, (job_id, tenant, reason) in enumerate(view.entries):
-            at = now if reason == STARTING else estimates.get(job_id)
-            out.append(QueueEntry(job_id, tenant, i + 1, reason, None if at is None else max(at, now)))
-        return out
+        return [self._entry(i, job_id, tenant, reason, estimates, now)
+                for i, (job_id, tenant, reason) in enumerate(view.entries)]
+
+    def queue_entry(self, job_id: str) -> QueueEntry | None:
+        """One job's entry in the latest queue (None if it is not in it)."""
+        view = self._queue
+        i = view.index.get(job_id)
+        if i is None:
+            return None
+        estimates = self.estimator.latest if self.estimator is not None else {}
+        return self._entry(i, *view.entries[i], estimates, self.ctx.clock())
+
+    @staticmethod
+    def _entry(i: int, job_id: str, tenant: str, reason: str, estimates: Mapping[str, float | None],
+               now: float) -> QueueEntry:
+        at = now if reason == STARTING else estimates.get(job_id)
+        return QueueEntry(job_id, tenant, i + 1, reason, None if at is None else max(at, now))
 
     def queue_view(self) -> QueueView:
         return self._queue
+
+    def queue_made_at(self) -> float:
+        """When the latest queue was made (jobs queued since are not in it yet)."""
+        return self._queue.made_at
 
     def health(self) -> tuple[bool, float | None]:
         """(healthy, seconds since the last completed round): unhealthy when the loop's thread died or no
