@@ -120,6 +120,7 @@ class ControlLoop:
         self._names: dict[int, str] = {}
         self._quotas: dict[str, TenantQuota] = {}
         self._last_round_at: float | None = None  # monotonic time of the last completed round
+        self._degraded = False  # the last round met a store error: hand-offs go one transaction each
         self.metrics.read_gauges(self._gauges)
         executor.notify(self.wake)
 
@@ -239,14 +240,15 @@ class ControlLoop:
 
     def _tick(self) -> TickReport:
         with self._lock:
-            self.recover()
             started = time.perf_counter()
             ctx = self.ctx
             now = ctx.clock()
             ctx.report = report = TickReport(at=now)
             woken, self._woken = self._woken, False
-            stage = "sync"
+            stage = "recover"
             try:
+                self.recover()
+                stage = "sync"
                 report.read = self._sync()
                 stage = "collect"
                 self._collect(now)
@@ -258,9 +260,11 @@ class ControlLoop:
                 stage = "progress"
                 progress.flush(ctx, ctx.clock())
                 self._estimate()
+                self._degraded = False
             except Exception as err:
                 if not transient(err):
                     raise
+                self._degraded = True
                 report.store_error = f"{stage}: {type(err).__name__}"
                 self.metrics.store_errors.labels(stage).inc()
                 log.warning("control loop: store error during %s (the round is tried again): %s", stage, err)
@@ -277,23 +281,23 @@ class ControlLoop:
             return report
 
     def _sync(self) -> int:
-        """Read what changed in the store; rebuild the views of the jobs concerned."""
+        """Read what changed in the store; the jobs concerned have their views rebuilt at the next snapshot.
+        Every step is safe to fail: what it needs is asked for again at the next round."""
         ctx = self.ctx
         delta = ctx.table.sync()
-        if delta.tenants:
+        ctx.touched.update(delta.changed)
+        ctx.touched.update(delta.gone)
+        if not delta.empty:
+            ctx.dirty = True
+        for job_id in delta.gone:
+            ctx.forget(job_id)
+        if delta.tenants is not None:
             names, quotas = read_tenants(ctx.store)
             if names != self._names:
                 ctx.touched.update(ctx.table.rows)
             self._names, self._quotas = names, quotas
-            ctx.dirty = True
-        for job_id in delta.gone:
-            ctx.forget(job_id)
-        if delta.changed:
-            ctx.load_manifests(delta.changed)
-            ctx.touched.update(delta.changed)
-            ctx.dirty = True
-        if delta.gone:
-            ctx.dirty = True
+            ctx.table.tenants_read(delta.tenants)
+        ctx.load_manifests(delta.changed)
         return delta.read
 
     def _collect(self, now: float) -> None:
@@ -352,11 +356,25 @@ class ControlLoop:
         return out
 
     def _route(self, events: list[ev.Event], why: str) -> None:
+        """Route the events in one transaction; after a store error, one transaction each (a store that
+        fails some writes still lets the small ones through), until a round succeeds whole."""
         if not events:
             return
         ctx = self.ctx
         ctx.report.events += len(events)
-        commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
+        if not self._degraded:
+            commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
+            return
+        failed: Exception | None = None
+        for event in events:
+            try:
+                commit(ctx.store, ctx.clock(), lambda b, e=event: route_all(b, ctx, [e]))  # type: ignore[misc]
+            except Exception as err:  # each is independent: the others still go through
+                if not transient(err):
+                    raise
+                failed = err
+        if failed is not None:
+            raise failed
 
     def _reconcile(self, now: float) -> None:
         ctx = self.ctx
@@ -383,17 +401,21 @@ class ControlLoop:
             return
         started = time.perf_counter()
         ctx.dirty = False
-        snap = self._snapshot(now)
-        scaling = requests.scaling(ctx, snap, self.placer) if ctx.table.requested else []
-        if scaling:
-            self._route(list(scaling), "scale")
+        try:
             snap = self._snapshot(now)
-        core = time.perf_counter()
-        plan = decide(snap, self.policy, self.placer)
-        ctx.report.decide_only_s = time.perf_counter() - core
-        self.metrics.decide_seconds.observe(ctx.report.decide_only_s)
-        self.decisions += 1
-        self._apply(plan)
+            scaling = requests.scaling(ctx, snap, self.placer) if ctx.table.requested else []
+            if scaling:
+                self._route(list(scaling), "scale")
+                snap = self._snapshot(now)
+            core = time.perf_counter()
+            plan = decide(snap, self.policy, self.placer)
+            ctx.report.decide_only_s = time.perf_counter() - core
+            self.metrics.decide_seconds.observe(ctx.report.decide_only_s)
+            self.decisions += 1
+            self._apply(plan)
+        except BaseException:
+            ctx.dirty = True  # the plan was not carried out: decide again at the next round
+            raise
         self._due_at = self._next_due(plan, snap, now)
         self._remember_queue(plan, snap)
         ctx.report.decided = True
@@ -402,7 +424,8 @@ class ControlLoop:
 
     def _snapshot(self, now: float) -> Snapshot:
         ctx = self.ctx
-        touched, ctx.touched = ctx.touched, set()
+        touched = ctx.touched
+        ctx.load_manifests([j for j in touched if j in ctx.table.rows])  # those a failed round did not load
         for job_id in touched:
             row = ctx.table.rows.get(job_id)
             manifest = ctx.manifests.get(job_id) if row is not None else None
@@ -413,6 +436,7 @@ class ControlLoop:
             tenant = self._names.get(row.tenant_id, f"tenant-{row.tenant_id}")
             self.builder.update(job_id, JobInputs(row, manifest, tenant, ctx.pending.get(job_id),
                                                   ctx.runs.get(job_id), held))
+        ctx.touched = set()
         return self.builder.build(now, self._quotas)
 
     def _apply(self, plan: Plan) -> None:
@@ -429,7 +453,8 @@ class ControlLoop:
         rows = ctx.table.rows
         changed = [{"jid": w.job_id, "reason": w.reason.value} for w in plan.waits
                    if (row := rows.get(w.job_id)) is not None and row.wait_reason != w.reason.value]
-        ctx.report.events += len(events)
+        if not self._degraded:
+            ctx.report.events += len(events)
 
         def fill(b: Batch) -> None:
             route_all(b, ctx, events)
@@ -440,6 +465,9 @@ class ControlLoop:
                     .values(wait_reason=bindparam("reason")), changed)
                 touch(b.s, [c["jid"] for c in changed])
 
+        if self._degraded:  # one transaction each (see _route), the wait reasons last
+            self._route(events, "plan")
+            events = []
         if events or changed:
             commit(ctx.store, now, fill)
 

@@ -130,6 +130,21 @@ def recover(ctx: Context) -> RecoveryReport:
                     report.interrupted_launches.append(attempt.job_id)
                 elif not isinstance(event.outcome, Stopped):
                     report.requeued.append(attempt.job_id)
+    open_jobs = {f.job_id for f in found}
+    with ctx.store.session() as s:
+        storing = s.execute(select(Job.id, Job.attempts).where(Job.status == S.STORING.value)).all()
+        stranded = s.scalars(select(Job.id).where(Job.status.in_([S.DOWNLOADING.value, S.PROCESSING.value]))).all()
+    for job_id in stranded:
+        if job_id not in open_jobs:
+            events.append(ev.Unbook(job_id, "requeued at restart: no attempt of it was running"))
+            report.requeued.append(job_id)
+    if events:  # the store first: a store error here leaves the memory empty, and recover() is tried again
+        commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
+    for job_id, number in storing:
+        url = ctx.manifest(job_id).results
+        if url:
+            ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url)
+            report.restored.append(job_id)
     for run in kept:
         ctx.runs[run.job_id] = run
         ctx.bookings.book(run.job_id, to_document(list(run.spec.learners), run.spec.master_port))
@@ -137,21 +152,6 @@ def recover(ctx: Context) -> RecoveryReport:
             ctx.stager.download(run.job_id, run.attempt, str(ctx.manifest(run.job_id).data), ctx.dirs.data(run.job_id))
         elif run.stop is not None:
             ctx.executor.stop(run.job_id, run.attempt, ctx.grace_s)  # the executor's deadline died with the server
-    open_jobs = {f.job_id for f in found}
-    with ctx.store.session() as s:
-        storing = s.execute(select(Job.id, Job.attempts).where(Job.status == S.STORING.value)).all()
-        stranded = s.scalars(select(Job.id).where(Job.status.in_([S.DOWNLOADING.value, S.PROCESSING.value]))).all()
-    for job_id, number in storing:
-        url = ctx.manifest(job_id).results
-        if url:
-            ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url)
-            report.restored.append(job_id)
-    for job_id in stranded:
-        if job_id not in open_jobs:
-            events.append(ev.Unbook(job_id, "requeued at restart: no attempt of it was running"))
-            report.requeued.append(job_id)
-    if events:
-        commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
     ctx.dirty = True
     report.duration_s = time.perf_counter() - started
     return report

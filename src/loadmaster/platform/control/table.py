@@ -76,12 +76,12 @@ class Delta:
 
     changed: list[str] = field(default_factory=list)  # rows added or changed, still unfinished
     gone: list[str] = field(default_factory=list)  # rows that left the unfinished statuses
-    tenants: bool = False  # a tenant was added or its limits changed
+    tenants: int | None = None  # the tenants' counter when it moved (their limits changed): see tenants_read()
     read: int = 0  # rows read
 
     @property
     def empty(self) -> bool:
-        return not (self.changed or self.gone or self.tenants)
+        return not (self.changed or self.gone or self.tenants is not None)
 
 
 class JobTable:
@@ -129,9 +129,13 @@ class JobTable:
                 delta.gone.append(row.id)
         self.seq = seq
         tenants = counters.get(TENANTS, 0)
-        delta.tenants = tenants != self.tenants_seq
-        self.tenants_seq = tenants
+        if tenants != self.tenants_seq:
+            delta.tenants = tenants
         return delta
+
+    def tenants_read(self, seq: int) -> None:
+        """The caller has read the tenants as of counter `seq` (until then every sync reports them moved)."""
+        self.tenants_seq = seq
 
     def reset(self) -> None:
         """Read every unfinished row again at the next sync() (after a reconciliation found drift)."""
