@@ -31,6 +31,8 @@ class StoreFaults:
     injected: int = 0
     seen: int = 0  # eligible statements and commits met while armed
     _armed: set[int] = field(default_factory=set)  # thread idents
+    _everywhere: bool = False
+    _spared: set[int] = field(default_factory=set)
     _rng: random.Random = field(init=False)
     _lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -56,14 +58,23 @@ class StoreFaults:
             self._armed.discard(threading.get_ident())
             self.rate = before
 
-    def arm_thread(self, ident: int) -> None:
-        self._armed.add(ident)
-
-    def disarm_thread(self, ident: int) -> None:
-        self._armed.discard(ident)
+    @contextmanager
+    def everywhere(self, rate: float | None = None, spare: tuple[int | None, ...] = ()) -> Iterator[None]:
+        """Faults in every thread but `spare` (and this one) while the block runs: the API's workers."""
+        before = self.rate
+        if rate is not None:
+            self.rate = rate
+        self._spared = {i for i in spare if i is not None} | {threading.get_ident()}
+        self._everywhere = True
+        try:
+            yield
+        finally:
+            self._everywhere = False
+            self.rate = before
 
     def _fire(self) -> bool:
-        if threading.get_ident() not in self._armed:
+        me = threading.get_ident()
+        if me not in self._armed and not (self._everywhere and me not in self._spared):
             return False
         with self._lock:
             self.seen += 1

@@ -458,7 +458,8 @@ def _read_reports(att: _Attempt, *, final: bool) -> list[Progress]:
 
 class _ExitWatcher:
     """One thread waiting on the pidfds of the shims (Linux 5.3+) and calling `wake` when one exits. Where
-    pidfds are not available it does nothing: the loop's timed rounds notice the ends instead."""
+    pidfds are not available it does nothing: the loop's timed rounds notice the ends instead. A byte on the
+    control pipe makes the thread poll again (a pidfd registered meanwhile) or stop."""
 
     def __init__(self) -> None:
         self._wake: Callable[[], None] | None = None
@@ -466,7 +467,8 @@ class _ExitWatcher:
         self._fds: dict[int, int] = {}  # pidfd -> pid
         self._lock = threading.Lock()
         self._thread: threading.Thread | None = None
-        self._stop_r, self._stop_w = -1, -1
+        self._stopping = False
+        self._control_r, self._control_w = -1, -1
 
     def start(self, wake: Callable[[], None]) -> None:
         if not hasattr(os, "pidfd_open") or not hasattr(select, "poll"):
@@ -475,9 +477,10 @@ class _ExitWatcher:
             self._wake = wake
             if self._thread is not None:
                 return
+            self._stopping = False
             self._poller = select.poll()
-            self._stop_r, self._stop_w = os.pipe()
-            self._poller.register(self._stop_r, select.POLLIN)
+            self._control_r, self._control_w = os.pipe()
+            self._poller.register(self._control_r, select.POLLIN)
             self._thread = threading.Thread(target=self._run, name="loadmaster-exits", daemon=True)
             self._thread.start()
 
@@ -495,6 +498,7 @@ class _ExitWatcher:
                 return
             self._fds[fd] = pid
             self._poller.register(fd, select.POLLIN)
+            os.write(self._control_w, b"w")
 
     def _run(self) -> None:
         while True:
@@ -502,9 +506,11 @@ class _ExitWatcher:
             woke = False
             with self._lock:
                 for fd, _ in events:
-                    if fd == self._stop_r:
-                        return
-                    if self._fds.pop(fd, None) is not None:
+                    if fd == self._control_r:
+                        os.read(self._control_r, 4096)
+                        if self._stopping:
+                            return
+                    elif self._fds.pop(fd, None) is not None:
                         self._poller.unregister(fd)
                         os.close(fd)
                         woke = True
@@ -517,12 +523,13 @@ class _ExitWatcher:
             thread, self._thread = self._thread, None
             if thread is None:
                 return
-            os.write(self._stop_w, b"x")
+            self._stopping = True
+            os.write(self._control_w, b"s")
         thread.join(timeout=10)
         with self._lock:
             for fd in self._fds:
                 os.close(fd)
             self._fds.clear()
-            os.close(self._stop_r)
-            os.close(self._stop_w)
+            os.close(self._control_r)
+            os.close(self._control_w)
             self._poller = None
