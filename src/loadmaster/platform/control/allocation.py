@@ -25,7 +25,7 @@ from loadmaster.core.job import Allocation
 from loadmaster.platform.executors.base import LearnerSpec
 
 PORT_BASE = 29500  # torch.distributed's customary MASTER_PORT, and the ports after it
-PORT_SPAN = 2000
+PORT_SPAN = 10_000  # 5,000 gangs at once on one machine
 PORT_STRIDE = 2  # MASTER_PORT and MASTER_PORT + 1 belong to one gang
 PORT_COOLDOWN_S = 30.0
 
@@ -94,14 +94,24 @@ def _bindable(port: int, host: str) -> bool:
     return True
 
 
-def pick_master_port(in_use: Iterable[int], host: str = "127.0.0.1") -> int:
-    """A port pair (port, port + 1) no other job of ours uses and that nothing on this machine listens on."""
+def pick_master_port(in_use: Iterable[int], host: str = "127.0.0.1", after: int = PORT_BASE - PORT_STRIDE) -> int:
+    """A port pair (port, port + 1) no other job of ours uses and that nothing on this machine listens on,
+    looking from the pair after `after` on (round the range): a port just given back is tried last."""
     used = set(in_use)
-    for port in range(PORT_BASE, PORT_BASE + PORT_SPAN, PORT_STRIDE):
-        if used & {port - 1, port, port + 1} or not (_bindable(port, host) and _bindable(port + 1, host)):
+    count = PORT_SPAN // PORT_STRIDE
+    first = ((after - PORT_BASE) // PORT_STRIDE + 1) % count
+    for i in range(count):
+        port = PORT_BASE + ((first + i) % count) * PORT_STRIDE
+        if port in used or port - 1 in used or port + 1 in used:
             continue
-        return port
-    raise RuntimeError(f"no free rendezvous port in {PORT_BASE}-{PORT_BASE + PORT_SPAN - 1}")
+        if _bindable(port, host) and _bindable(port + 1, host):
+            return port
+    raise NoPort(f"no free rendezvous port in {PORT_BASE}-{PORT_BASE + PORT_SPAN - 1}: more gangs than ports "
+                 "run on this machine")
+
+
+class NoPort(RuntimeError):
+    """Every rendezvous port is taken: a start must wait, as for GPUs."""
 
 
 class Bookings:
@@ -113,6 +123,7 @@ class Bookings:
         self.owners: dict[str, dict[int, str]] = {}  # node -> GPU index -> the job holding it
         self.ports: dict[int, str] = {}  # port -> job id
         self.cooling: dict[int, float] = {}
+        self.last_port = PORT_BASE - PORT_STRIDE  # ports are handed out in turn, round the range
 
     def book(self, job_id: str, doc: Mapping[str, Any]) -> list[tuple[str, int, str]]:
         """Hold the allocation's GPUs and port for `job_id`; the GPUs some other job held already (a double
@@ -140,6 +151,12 @@ class Bookings:
         if port and self.ports.get(port) == job_id:
             del self.ports[port]
             self.cooling[port] = self.clock() + PORT_COOLDOWN_S
+
+    def pick_port(self, also: set[int]) -> int:
+        """A free port pair for a new gang (not one of `also`, taken by the same statement)."""
+        port = pick_master_port(self.busy_ports() | also, after=self.last_port)
+        self.last_port = port
+        return port
 
     def busy_ports(self) -> set[int]:
         now = self.clock()

@@ -117,13 +117,21 @@ class Adopted:
 Event = Ended | Launched | LaunchFailed | Staged | Requested | Stop | Resize | Reject | Start | End | Unbook | Adopted
 
 
+def job_of(event: Event) -> str | None:
+    """The job an event is about."""
+    match event:
+        case Ended(ended=ended):
+            return ended.job_id
+        case Staged(done=done):
+            return done.job_id
+        case Requested(row=row):
+            return row.id
+        case Launched(run=run) | LaunchFailed(run=run) | Adopted(run=run):
+            return run.job_id
+        case _:
+            return event.job_id
+
+
 def describe(event: Event) -> str:
     """For the log: the event's kind and job."""
-    job = getattr(event, "job_id", None) or getattr(getattr(event, "run", None), "job_id", None)
-    if job is None and isinstance(event, Ended):
-        job = event.ended.job_id
-    elif job is None and isinstance(event, Staged):
-        job = event.done.job_id
-    elif job is None and isinstance(event, Requested):
-        job = event.row.id
-    return f"{type(event).__name__.lower()} of {job}"
+    return f"{type(event).__name__.lower()} of {job_of(event)}"

@@ -51,7 +51,6 @@ from loadmaster.platform.control.table import JobTable, read_tenants
 from loadmaster.platform.estimates import Estimator
 from loadmaster.platform.executors.base import Executor
 from loadmaster.platform.layout import JobDirs
-from loadmaster.platform.store.changes import touch
 from loadmaster.platform.store.db import Store, transient
 from loadmaster.platform.store.models import Job, Tenant
 from loadmaster.scheduling.decide import decide
@@ -459,11 +458,13 @@ class ControlLoop:
         def fill(b: Batch) -> None:
             route_all(b, ctx, events)
             if changed:
+                # The loop's own figures, not stamped with change numbers (nobody else acts on them): the table
+                # takes them once they are committed instead of reading them back.
                 jobs = Job.metadata.tables[Job.__tablename__]
                 b.s.connection().execute(
                     update(jobs).where(jobs.c.id == bindparam("jid"), jobs.c.status == JobStatus.QUEUED.value)
                     .values(wait_reason=bindparam("reason")), changed)
-                touch(b.s, [c["jid"] for c in changed])
+                b.after(lambda: ctx.table.note_wait_reasons({c["jid"]: c["reason"] for c in changed}))
 
         if self._degraded:  # one transaction each (see _route), the wait reasons last
             self._route(events, "plan")

@@ -28,6 +28,7 @@ from loadmaster.platform.control.events import (
     Stop,
     Unbook,
     describe,
+    job_of,
 )
 from loadmaster.platform.control.outcomes import Failed, of_end, of_launch_error
 from loadmaster.platform.control.stages import StageDone, StageKind
@@ -42,6 +43,7 @@ def route_all(b: Batch, ctx: Context, events: Sequence[Event]) -> None:
     """Route every event, each in a savepoint of the batch (router order: what frees GPUs before what
     takes them)."""
     statement = starting.Statement(ctx.bookings.held(), set())
+    b.prefetch(job for event in events if (job := job_of(event)) is not None)
     b.each(sorted(events, key=_order), lambda batch, event: route(batch, ctx, statement, event), describe)
 
 

@@ -22,9 +22,9 @@ from sqlalchemy.orm import Session
 from loadmaster.core.job import Allocation, JobStatus
 from loadmaster.platform.control.allocation import (
     HeldGpus,
+    NoPort,
     assign_gpus,
     keep_gpus,
-    pick_master_port,
     to_document,
 )
 from loadmaster.platform.control.batch import Batch
@@ -92,7 +92,11 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
         b.after(lambda: _drop(ctx, job_id))
         return Started.DROPPED
     manifest = ctx.manifest(job_id)
-    port = pick_master_port(ctx.bookings.busy_ports() | st.ports)
+    try:
+        port = ctx.bookings.pick_port(st.ports)
+    except NoPort:
+        b.after(lambda: _wait(ctx, job_id, alloc, since, relaunch, previous))
+        return Started.HELD
     doc = to_document(learners, port)
     now = b.now
     number = job.attempts + 1
@@ -111,9 +115,10 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     elif not relaunch:
         transition(b.s, job, JobStatus.PROCESSING, now, f"{len(learners)} learner(s) launching on {nodes}")
     spec = attempt_spec(ctx, job_id, number, manifest, tuple(learners), port)
+    # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
+    prior = prior_runtime(b.s, job_id) if manifest.max_runtime_s is not None and number > 1 else 0.0
     run = RunState(job_id, number, spec, alloc, Phase.DOWNLOADING if data else Phase.LAUNCHING, now,
-                   prior_runtime_s=prior_runtime(b.s, job_id), as_of=now, work_done_s=job.work_done_s,
-                   attained_gpu_s=job.attained_gpu_s)
+                   prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s)
     b.s.flush()
     for learner in learners:
         st.taken.setdefault(learner.node, set()).update(learner.gpu_ids)

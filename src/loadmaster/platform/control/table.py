@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sqlalchemy import Text, bindparam, cast, select
@@ -136,6 +136,13 @@ class JobTable:
     def tenants_read(self, seq: int) -> None:
         """The caller has read the tenants as of counter `seq` (until then every sync reports them moved)."""
         self.tenants_seq = seq
+
+    def note_wait_reasons(self, reasons: dict[str, str]) -> None:
+        """The loop wrote these wait reasons (unstamped: store/changes.py): keep the copy equal to the store."""
+        for job_id, reason in reasons.items():
+            row = self.rows.get(job_id)
+            if row is not None and row.state is JobStatus.QUEUED:
+                self.rows[job_id] = replace(row, wait_reason=reason)
 
     def reset(self) -> None:
         """Read every unfinished row again at the next sync() (after a reconciliation found drift)."""
