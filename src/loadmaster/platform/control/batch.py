@@ -45,6 +45,7 @@ class Batch:
         self._claimed: set[str] = set()
         self._fetched: set[str] = set()
         self._rows: list[Job] = []  # the session keeps rows only weakly: prefetched ones are held here
+        self._open: dict[tuple[str, int], Attempt] = {}  # prefetched open attempts
         self.failed: list[str] = []  # items rolled back by an error that is not the store's
 
     def after(self, effect: Effect) -> None:
@@ -94,6 +95,9 @@ class Batch:
             chunk = wanted[start:start + 500]
             self._rows += self.s.execute(select(Job).where(Job.id.in_(chunk)).with_for_update()
                                          .execution_options(populate_existing=True)).scalars().all()
+            for attempt in self.s.execute(select(Attempt).where(Attempt.job_id.in_(chunk),
+                                                                Attempt.ended_at.is_(None))).scalars():
+                self._open[(attempt.job_id, attempt.number)] = attempt
             self._fetched.update(chunk)
 
     def job(self, job_id: str) -> Job | None:
@@ -105,6 +109,9 @@ class Batch:
                               .execution_options(populate_existing=True)).scalar_one_or_none()
 
     def attempt(self, job_id: str, number: int) -> Attempt | None:
+        found = self._open.get((job_id, number))
+        if found is not None:
+            return found
         return self.s.execute(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
                               ).scalar_one_or_none()
 

@@ -57,7 +57,7 @@ from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.placement.per_job import PerJobPlacer
-from loadmaster.scheduling.plan import Plan, WaitReason
+from loadmaster.scheduling.plan import Plan, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.snapshot import Snapshot, TenantQuota
 from loadmaster.sim.forecast import DEFAULT_HORIZON_S
@@ -71,14 +71,26 @@ LAUNCH_FAILED = "launch_failed"  # the queue's reason for a job whose launch cou
 
 @dataclass(frozen=True)
 class QueueView:
-    """The latest round's queue: starts waiting for GPUs first, then the plan's waits in policy order."""
+    """The latest round's queue: starts waiting for GPUs first, then the plan's waits in policy order, then
+    jobs whose launch is backing off. Kept as the round left it; its entries are made on first use (most
+    rounds' queues are never asked for)."""
 
-    entries: tuple[tuple[str, str, str], ...]  # (job id, tenant, wait reason), position = index + 1
     made_at: float
+    starting: tuple[tuple[str, str, str], ...] = ()  # (job id, tenant, wait reason)
+    waits: tuple[Wait, ...] = ()
+    backing: tuple[tuple[str, str, str], ...] = ()
+    snapshot: Snapshot | None = None  # the tenants of the waits
+
+    @cached_property
+    def entries(self) -> tuple[tuple[str, str, str], ...]:
+        """(job id, tenant, wait reason); position = index + 1."""
+        tenant_of = {v.job_id: v.spec.tenant for v in self.snapshot.queued} if self.snapshot is not None else {}
+        waiting = tuple((w.job_id, tenant_of.get(w.job_id, ""), str(w.reason)) for w in self.waits)
+        return self.starting + waiting + self.backing
 
     @cached_property
     def index(self) -> dict[str, int]:
-        """job id -> its index in entries (made on first use: most rounds' queues are never asked for)."""
+        """job id -> its index in entries."""
         return {job_id: i for i, (job_id, _, _) in enumerate(self.entries)}
 
 
@@ -114,7 +126,7 @@ class ControlLoop:
         self._recovered: RecoveryReport | None = None
         self._due_at = -math.inf  # the first round decides
         self._reconcile_at = -math.inf
-        self._queue = QueueView((), 0.0)
+        self._queue = QueueView(0.0)
         self._queued_ids: frozenset[str] = frozenset()
         self._names: dict[int, str] = {}
         self._quotas: dict[str, TenantQuota] = {}
@@ -450,8 +462,8 @@ class ControlLoop:
         now = ctx.clock()
         events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]
         rows = ctx.table.rows
-        changed = [{"jid": w.job_id, "reason": w.reason.value} for w in plan.waits
-                   if (row := rows.get(w.job_id)) is not None and row.wait_reason != w.reason.value]
+        changed = [{"jid": w.job_id, "reason": str(w.reason)} for w in plan.waits
+                   if (row := rows.get(w.job_id)) is not None and row.wait_reason != w.reason]
         if not self._degraded:
             ctx.report.events += len(events)
 
@@ -490,17 +502,18 @@ class ControlLoop:
 
     def _remember_queue(self, plan: Plan, snap: Snapshot) -> None:
         ctx = self.ctx
-        tenant_of = {v.job_id: v.spec.tenant for v in snap.queued}
-        tenant_of.update({v.job_id: v.spec.tenant for v in snap.running if v.job_id in ctx.pending})
-        starting = [(j, tenant_of.get(j, ""), STARTING) for j in ctx.pending if not ctx.pending[j].relaunch]
-        backing = [(j, self._names.get(row.tenant_id, ""), LAUNCH_FAILED) for j in ctx.backoff
-                   if (row := ctx.table.rows.get(j)) is not None]
-        waiting = [(w.job_id, tenant_of.get(w.job_id, ""), w.reason.value) for w in plan.waits]
-        self._queue = QueueView(tuple(starting + waiting + backing), ctx.clock())
-        ids = frozenset(w.job_id for w in plan.waits)
-        if ids != self._queued_ids and self.estimator is not None:
-            self.estimator.mark_stale()
-        self._queued_ids = ids
+        starting = tuple((j, self._tenant_of(j), STARTING) for j, p in ctx.pending.items() if not p.relaunch)
+        backing = tuple((j, self._tenant_of(j), LAUNCH_FAILED) for j in ctx.backoff if j in ctx.table.rows)
+        self._queue = QueueView(ctx.clock(), starting, plan.waits, backing, snap)
+        if self.estimator is not None:
+            ids = frozenset(w.job_id for w in plan.waits)
+            if ids != self._queued_ids:
+                self.estimator.mark_stale()
+            self._queued_ids = ids
+
+    def _tenant_of(self, job_id: str) -> str:
+        row = self.ctx.table.rows.get(job_id)
+        return self._names.get(row.tenant_id, "") if row is not None else ""
 
     def _estimate(self) -> None:
         estimator = self.estimator
