@@ -23,6 +23,7 @@ from typing import TypeVar
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from loadmaster.platform.store.changes import number_now
 from loadmaster.platform.store.db import Store, transient
 from loadmaster.platform.store.models import Attempt, Job
 
@@ -138,6 +139,7 @@ def commit(store: Store, now: float, fill: Callable[[Batch], None]) -> Batch:
 
 def _made(store: Store, now: float, fill: Callable[[Batch], None], careful: bool) -> Batch:
     with store.session(for_update=True) as s:
+        number_now(s)  # its rows are stamped as they are written (store/changes.py)
         batch = Batch(s, now, careful)
         fill(batch)
     return batch

@@ -24,7 +24,7 @@ class Launched:
 
 
 class Launcher:
-    def __init__(self, executor: Executor, wake: Callable[[], None], workers: int = 4) -> None:
+    def __init__(self, executor: Executor, wake: Callable[[], None], workers: int = 8) -> None:
         self._executor = executor
         self._wake = wake
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadmaster-launch")

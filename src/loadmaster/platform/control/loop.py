@@ -100,11 +100,12 @@ class ControlLoop:
                  tick_s: float = 0.5, grace_s: float = 10.0, default_duration_s: float = DEFAULT_DURATION_S,
                  progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
                  estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
-                 stuck_after_s: float | None = None) -> None:
+                 stuck_after_s: float | None = None, coalesce_s: float = 0.02) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
         self.tick_s = tick_s
+        self.coalesce_s = coalesce_s  # after a busy round, the next one waits this long for more to collect
         self.reconcile_s = reconcile_s
         # /health says the loop is stuck when no round completed for this long.
         self.stuck_after_s = stuck_after_s if stuck_after_s is not None else max(30.0, 20 * tick_s)
@@ -248,6 +249,10 @@ class ControlLoop:
                 self._stopping.wait(self.tick_s)  # the store is in trouble: do not hammer it
             elif report is None or not (report.events or report.decided):
                 self._event.wait(self.tick_s)
+            else:
+                # Busy: what happens in the next moment (more learners exiting, more launches done) is
+                # handled together, one transaction for all, instead of one round each.
+                self._stopping.wait(min(self.coalesce_s, self.tick_s))
 
     def _tick(self) -> TickReport:
         with self._lock:

@@ -42,6 +42,16 @@ def touch(s: Session, job_ids: Iterable[str]) -> None:
     s.info.setdefault(_TOUCHED, set()).update(job_ids)
 
 
+def number_now(s: Session) -> int:
+    """Take this transaction's change number at once (not at commit): every job row it writes is stamped as
+    it is flushed, with no UPDATE at the end. For the control loop's own transactions, which write many rows
+    and hold the database's lock anyway; the counter's row stays locked until the transaction ends."""
+    seq = s.info.get(_SEQ)
+    if seq is None:
+        seq = s.info[_SEQ] = bump(s, JOBS)
+    return int(seq)
+
+
 def bump(s: Session, name: str) -> int:
     """The next value of counter `name` (its row stays locked until this transaction ends)."""
     with s.no_autoflush:  # pending rows are written after, with the number (see _stamp)
@@ -71,7 +81,14 @@ def _pending_jobs(session: Session) -> bool:
 
 def _stamp(session: Session) -> None:
     info = session.info
-    if info.get(_SEQ) is not None or session.in_nested_transaction():  # a savepoint's commit: not yet
+    if info.get(_SEQ) is not None:  # numbered at its start (number_now): rows were stamped as they were written
+        session.flush()
+        ids = sorted(info.get(_TOUCHED, ()))  # Core writes noted with touch()
+        for start in range(0, len(ids), _CHUNK):
+            session.execute(update(Job).where(Job.id.in_(ids[start:start + _CHUNK])).values(change_seq=info[_SEQ])
+                            .execution_options(synchronize_session=False))
+        return
+    if session.in_nested_transaction():  # a savepoint's commit: not yet
         return
     if not info.get(_TOUCHED) and not _pending_jobs(session):
         if any(isinstance(o, Tenant) for o in (*session.new, *session.dirty)) or info.pop(_TENANTS, False):
