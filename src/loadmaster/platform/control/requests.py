@@ -61,10 +61,11 @@ def carry_out(b: Batch, ctx: Context, row: JobRow) -> None:
     else:  # results are being copied (nothing left to halt), or the job ended meanwhile
         job.halt_requested = False
         return
-    b.after(lambda: _unpend(ctx, row.id))
+    b.after(lambda: unpend(ctx, row.id))
 
 
-def _unpend(ctx: Context, job_id: str) -> None:
+def unpend(ctx: Context, job_id: str) -> None:
+    """A start that waited for GPUs will not be made (the job was cancelled, halted, or preempted)."""
     ctx.pending.pop(job_id, None)
     ctx.changed(job_id)
 

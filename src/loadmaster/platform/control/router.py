@@ -117,7 +117,7 @@ def _stop(b: Batch, ctx: Context, job_id: str, intent: StopIntent, resize_to: Al
     if run is None:
         # A start still waiting for its GPUs: it simply goes back to waiting.
         if ctx.pending.get(job_id) is not None:
-            b.after(lambda: requests._unpend(ctx, job_id))
+            b.after(lambda: requests.unpend(ctx, job_id))
         return
     stopping.stop(b, ctx, run, intent, resize_to)
 

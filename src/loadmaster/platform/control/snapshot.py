@@ -18,7 +18,7 @@ come and go, so that building the snapshot of 10,000 queued and 1,000 running jo
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -175,7 +175,3 @@ class SnapshotBuilder:
         return JobView(spec, row.queued_since, max(row.attempts, 1), alloc, work, rate, as_of, attained,
                        row.preemptions, started)
 
-
-def tenant_names(rows: Iterable[JobRow], names: Mapping[int, str]) -> dict[str, str]:
-    """job id -> tenant name."""
-    return {r.id: names.get(r.tenant_id, f"tenant-{r.tenant_id}") for r in rows}

@@ -144,10 +144,6 @@ class JobTable:
             if row is not None and row.state is JobStatus.QUEUED:
                 self.rows[job_id] = replace(row, wait_reason=reason)
 
-    def reset(self) -> None:
-        """Read every unfinished row again at the next sync() (after a reconciliation found drift)."""
-        self.seq = -1
-
     def _row(self, raw: Any) -> JobRow:
         values: list[Any] = list(raw)
         text = values[_ALLOCATION]
