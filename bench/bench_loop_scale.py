@@ -27,6 +27,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from bench_control import add_tenants, submit
 from common import print_table, write_results
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.platform.control import ControlLoop
@@ -34,15 +35,12 @@ from loadmaster.platform.control.reports import TickReport
 from loadmaster.platform.executors.base import AttemptEnded, AttemptSpec, LearnerExit, LiveAttempt, PollResult
 from loadmaster.platform.gc_tuning import tune_for_serving
 from loadmaster.platform.layout import JobDirs
-from loadmaster.platform.manifest import parse_manifest
 from loadmaster.platform.store.db import Store
-from loadmaster.platform.store.jobs import add_job
-from loadmaster.platform.store.models import Job, Tenant
+from loadmaster.platform.store.models import Job
 from loadmaster.scheduling import make_placer, make_policy
 
 NODES, GPUS = 125, 8
 RUNNING, QUEUED = 1000, 10_000
-TENANTS = ("vision", "speech", "nlp", "rl")
 
 
 class BenchExecutor:
@@ -97,18 +95,6 @@ class BenchExecutor:
         pass
 
 
-def submit(store: Store, tenant_ids: list[int], rng: random.Random, count: int, gpus: list[int]) -> list[str]:
-    ids = []
-    with store.session() as s:
-        for i in range(count):
-            manifest = parse_manifest({
-                "name": f"bench-{i}", "resources": {"gpus": rng.choice(gpus), "cpus": 1, "memory_gb": 1},
-                "command": ["sleep", "3600"], "priority": rng.choice([0, 0, 0, 1]),
-                "expected_duration_s": float(rng.choice([600, 1800, 3600, 7200]))})
-            ids.append(add_job(s, rng.choice(tenant_ids), manifest, time.time()).id)
-    return ids
-
-
 class Timed:
     def __init__(self, loop: ControlLoop) -> None:
         self.loop = loop
@@ -143,12 +129,7 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rng = random.Random(4)
     url = args.db or f"sqlite:///{tmp / 'scale.db'}"
     store = Store.open(url)
-    with store.session() as s:
-        tenants = [Tenant(name=f"{t}-{rng.randrange(10**6)}", gpu_quota=NODES * GPUS // len(TENANTS),
-                          borrow_limit=None, created_at=time.time()) for t in TENANTS]
-        s.add_all(tenants)
-        s.flush()
-        tenant_ids = [t.id for t in tenants]
+    tenant_ids = add_tenants(store, rng, NODES * GPUS)
     cluster = Cluster(tuple(Node(f"n{i}", GPUS, 64.0, 512.0, rack=f"r{i % 5}") for i in range(NODES)), name="bench")
     executor = BenchExecutor()
     loop = ControlLoop(store, cluster, executor, JobDirs(tmp / "data"), policy=make_policy(args.policy),

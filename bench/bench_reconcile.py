@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from common import print_table, write_results
-from platform_server import Server
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.models import Job
+from platform_server import Server
 
 LEAK = {"learners": [{"rank": 0, "node": "gpu-001", "gpu_ids": [3], "cpus": 0.1, "mem_gb": 0.1}],
         "master_port": 39990}

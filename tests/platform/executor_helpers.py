@@ -83,9 +83,8 @@ def log_text(spec: AttemptSpec, rank: int) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def processes_of(job_id: str) -> list[int]:
-    """Pids of live processes whose environment names this job (learners and their children)."""
-    marker = f"LOADMASTER_JOB_ID={job_id}".encode()
+def processes_with(matches: Callable[[list[bytes]], bool]) -> list[int]:
+    """Pids of live processes (not zombies) whose environment (its NAME=VALUE entries) matches."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -95,9 +94,15 @@ def processes_of(job_id: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and marker in environ.split(b"\0"):
+        if state != "Z" and matches(environ.split(b"\0")):
             found.append(int(entry.name))
     return found
+
+
+def processes_of(job_id: str) -> list[int]:
+    """Pids of live processes whose environment names this job (learners and their children)."""
+    marker = f"LOADMASTER_JOB_ID={job_id}".encode()
+    return processes_with(lambda environ: marker in environ)
 
 
 def kill_leftovers() -> list[str]:

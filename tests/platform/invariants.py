@@ -20,6 +20,7 @@ from sqlalchemy import select
 
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.models import Attempt, Job, Transition
+from tests.platform.executor_helpers import processes_with
 
 BOOKING = ("DOWNLOADING", "PROCESSING")
 FINAL = ("COMPLETED", "FAILED", "CANCELLED")
@@ -110,17 +111,5 @@ def attempts_of(store: Store) -> dict[str, int]:
 
 def learner_processes(root: Path) -> list[int]:
     """Live learners whose checkpoint directory is under `root` (their environment says so)."""
-    marker = f"LOADMASTER_CHECKPOINT_DIR={root.resolve()}{os.sep}".encode()
-    found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            if marker not in (entry / "environ").read_bytes():
-                continue
-            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
-        except OSError:
-            continue
-        if state != "Z":
-            found.append(int(entry.name))
-    return found
+    prefix = f"LOADMASTER_CHECKPOINT_DIR={root.resolve()}{os.sep}".encode()
+    return processes_with(lambda environ: any(item.startswith(prefix) for item in environ))
