@@ -31,7 +31,7 @@ T = TypeVar("T")
 S = JobStatus
 
 
-def in_transaction(store: Store, fn: Callable[[Session], T], *, for_update: bool = False, attempts: int = 3) -> T:
+def in_transaction(store: Store, fn: Callable[[Session], T], *, for_update: bool = False, attempts: int = 2) -> T:
     """Run fn in one transaction (for_update: it reads rows and changes them: lock them as it reads). A store
     that stays busy or unreachable (locks held past their timeout, a lost connection, a deadlock) is 503
     with Retry-After: the transaction rolled back, so the client may repeat the request."""
