@@ -43,9 +43,9 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     try:
         token = server.tenant("bench", gpus=8, borrow=0)
         with server.client(token) as c:  # every GPU but one of the second node busy; the rest wait
-            c.post("/api/v1/jobs", json={"name": "blocker", "learners": 7, "resources": {"gpus": 1, "cpus": 0.1,
-                                                                                         "memory_gb": 0.1},
-                                         "command": ["sleep", "3600"]})
+            small = {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}
+            blocker = c.post("/api/v1/jobs", json={"name": "blocker", "learners": 7, "resources": small,
+                                                   "command": ["sleep", "3600"]}).json()["id"]
             waiting = [c.post("/api/v1/jobs", json={"name": f"w{i}", "learners": 2, "resources": {
                 "gpus": 4, "cpus": 0.1, "memory_gb": 0.1}, "command": ["true"]}).json()["id"]
                 for i in range(args.leaks)]
@@ -65,6 +65,9 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
             while not repaired(store, job_id, kind):
                 time.sleep(0.02)
             rows.append({"leak": kind, "repaired_after_s": time.perf_counter() - leaked})
+        with server.client(token) as c:  # learners outlive a stopped server by design: end them first
+            c.post(f"/api/v1/jobs/{blocker}/cancel")
+        server.wait_status(token, blocker, "CANCELLED", timeout_s=60)
     finally:
         store.close()
         server.stop()

@@ -29,6 +29,7 @@ from tests.platform.faults import StoreFaults
 from tests.platform.invariants import Runs, attempts_of, check_store, learner_processes, recording
 
 KINDS = ("quick", "slow", "failing", "elastic")
+TOTALS: dict[str, int] = {"sequences": 0, "jobs": 0, "faults": 0, "crashes": 0}  # what the slow run reports
 
 
 class ControlMachine(RuleBasedStateMachine):
@@ -125,6 +126,10 @@ class ControlMachine(RuleBasedStateMachine):
     def teardown(self) -> None:
         try:
             self._settle()
+            TOTALS["sequences"] += 1
+            TOTALS["jobs"] += len(self.env.all_jobs())
+            TOTALS["faults"] += self.faults.injected
+            TOTALS["crashes"] += self.crashes
         finally:
             self.faults.close()
             self.env.close()
@@ -165,3 +170,4 @@ def test_many_long_sequences() -> None:
 
     run_state_machine_as_test(ControlMachine, settings=settings(
         max_examples=40, stateful_step_count=40, deadline=None, suppress_health_check=list(HealthCheck)))
+    print(f"\nstate machine: {TOTALS}")
