@@ -188,7 +188,7 @@ class ControlLoop:
         self.ctx.launcher.close()
         with self._lock:
             try:
-                self._route(self._launches(), "shutdown")
+                self._route(self._launches())
             except Exception as err:  # the store is gone: the next start finds the learners by their files
                 log.warning("launches under way at shutdown not recorded: %s", err)
 
@@ -337,7 +337,7 @@ class ControlLoop:
             if intent is not None:
                 events.append(ev.Stop(run.job_id, intent))
         events += self._pending_starts(now)
-        self._route(events, "collect")
+        self._route(events)
 
     def _launches(self) -> list[ev.Event]:
         ctx = self.ctx
@@ -371,7 +371,7 @@ class ControlLoop:
             out.append(ev.Start(start.job_id, start.allocation, start.since, start.relaunch, start.previous))
         return out
 
-    def _route(self, events: list[ev.Event], why: str) -> None:
+    def _route(self, events: list[ev.Event]) -> None:
         """Route the events in one transaction; after a store error, one transaction each (a store that
         fails some writes still lets the small ones through), until a round succeeds whole."""
         if not events:
@@ -397,7 +397,7 @@ class ControlLoop:
         self._reconcile_at = now + self.reconcile_s
         found = reconcile.reconcile(ctx)
         ctx.report.repairs += len(found.repairs)
-        self._route(found.events, "reconcile")
+        self._route(found.events)
         reconcile.take(ctx, found)
 
     # -- deciding ---------------------------------------------------------------------------------------
@@ -421,7 +421,7 @@ class ControlLoop:
             snap = self._snapshot(now)
             scaling = requests.scaling(ctx, snap, self.placer) if ctx.table.requested else []
             if scaling:
-                self._route(list(scaling), "scale")
+                self._route(list(scaling))
                 snap = self._snapshot(now)
             core = time.perf_counter()
             plan = decide(snap, self.policy, self.placer)
@@ -484,7 +484,7 @@ class ControlLoop:
                 b.after(lambda: ctx.table.note_wait_reasons({c["jid"]: c["reason"] for c in changed}))
 
         if self._degraded:  # one transaction each (see _route), the wait reasons last
-            self._route(events, "plan")
+            self._route(events)
             events = []
         if events or changed:
             commit(ctx.store, now, fill)
