@@ -16,6 +16,8 @@ from loadmaster.platform.control.stages import StageDone
 from loadmaster.platform.control.state import RunState, StopIntent
 from loadmaster.platform.control.table import JobRow
 from loadmaster.platform.executors.base import AttemptEnded, LaunchError
+from loadmaster.scheduling.plan import Reject as Reject  # decide()'s own, routed as they are
+from loadmaster.scheduling.plan import Resize as Resize
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,20 +61,6 @@ class Stop:
     job_id: str
     intent: StopIntent
     resize_to: Allocation | None = None
-
-
-@dataclass(frozen=True, slots=True)
-class Resize:
-    """decide()'s Resize: a pending start changes size, a running gang is resized by checkpoint/restart."""
-
-    job_id: str
-    allocation: Allocation
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    job_id: str
-    reason: str
 
 
 @dataclass(frozen=True, slots=True)

@@ -462,8 +462,7 @@ class ControlLoop:
         for p in plan.preempts:
             why = f"preempted by {p.for_job}" if p.for_job else p.reason
             events.append(ev.Stop(p.job_id, StopIntent(StopKind.PREEMPT, why)))
-        events += [ev.Resize(z.job_id, z.allocation) for z in plan.resizes]
-        events += [ev.Reject(r.job_id, r.reason) for r in plan.rejects]
+        events += [*plan.resizes, *plan.rejects]
         now = ctx.clock()
         events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]
         rows = ctx.table.rows
