@@ -108,16 +108,22 @@ def stats(name: str, times: list[float], decided: int, note: str = "", cpu: list
     }
 
 
+def add_tenants(store: Store, rng: random.Random, gpus: int) -> list[int]:
+    """The bench's four tenants, each with a quarter of `gpus` as its quota (names made unique, so that a
+    PostgreSQL database may be reused)."""
+    with store.session() as s:
+        tenants = [Tenant(name=f"{t}-{rng.randrange(10**6)}", gpu_quota=gpus // len(TENANTS), borrow_limit=None,
+                          created_at=time.time()) for t in TENANTS]
+        s.add_all(tenants)
+        s.flush()
+        return [t.id for t in tenants]
+
+
 def rounds_part(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     rng = random.Random(4)
     url = args.db or f"sqlite:///{tmp / 'rounds.db'}"
     store = Store.open(url)
-    with store.session() as s:
-        tenants = [Tenant(name=f"{t}-{rng.randrange(10**6)}", gpu_quota=NODES * GPUS // len(TENANTS),
-                          borrow_limit=None, created_at=time.time()) for t in TENANTS]
-        s.add_all(tenants)
-        s.flush()
-        tenant_ids = [t.id for t in tenants]
+    tenant_ids = add_tenants(store, rng, NODES * GPUS)
     executor = LocalExecutor()
     loop = ControlLoop(store, cluster(), executor, JobDirs(tmp / "rounds"), policy=make_policy("fair"),
                        placer=make_placer("pack"), grace_s=1.0, estimates=False)
@@ -187,6 +193,7 @@ def rounds_part(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
         while loop.ctx.runs and time.monotonic() < deadline:
             for ended in executor.poll().ended:
                 loop.ctx.runs.pop(ended.job_id, None)
+                executor.release(ended.job_id, ended.attempt)
             time.sleep(0.05)
         loop.stop()
         store.close()

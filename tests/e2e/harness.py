@@ -86,10 +86,10 @@ def _alive(pid: str) -> bool:
     return state != "Z"
 
 
-def processes_under(root: Path) -> list[int]:
-    """Live processes (not this one) whose environment or open files name a path under `root`."""
+def processes_under(root: Path, keep: tuple[int, ...] = ()) -> list[int]:
+    """Live processes (not this one, nor `keep`) whose environment or open files name a path under `root`."""
     marker = (str(root.resolve()) + os.sep).encode()  # the separator: test_x1 must not match test_x10
-    own = {os.getpid(), os.getppid()}
+    own = {os.getpid(), os.getppid(), *keep}
     return [int(p.name) for p in Path("/proc").iterdir()
             if p.name.isdigit() and int(p.name) not in own and _alive(p.name) and _uses(p.name, marker)]
 
@@ -100,11 +100,12 @@ def kill_all(pids: list[int]) -> None:
             os.kill(pid, signal.SIGKILL)
 
 
-def kill_leftovers(root: Path) -> list[int]:
-    """SIGKILL every process still using `root` (learners, shims), until none is left; what was found."""
+def kill_leftovers(root: Path, keep: tuple[int, ...] = ()) -> list[int]:
+    """SIGKILL every process still using `root` (learners, shims; not `keep`, a server still running there,
+    which holds the data directory's lock), until none is left; what was found."""
     found: list[int] = []
     for _ in range(20):  # a shim may start its learner between two scans
-        pids = processes_under(root)
+        pids = processes_under(root, keep)
         if not pids:
             break
         found += pids

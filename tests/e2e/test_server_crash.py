@@ -156,7 +156,7 @@ def test_kill_9_of_the_server_loses_nothing_and_every_job_completes(pg_url: str,
         assert statuses(v) == ["QUEUED", "PROCESSING", "QUEUED", "PROCESSING", "COMPLETED"], v["history"]
         assert "requeued" in v["history"][2]["reason"]
         lost, second = v["attempt_history"]
-        assert lost["outcome"] == "failed" and lost["failure_category"] == "infrastructure", lost
+        assert lost["outcome"] == "lost" and lost["failure_category"] == "infrastructure", lost
         assert "requeued" in (lost["retry_decision"] or ""), lost
         assert second["outcome"] == "succeeded" and v["failures"] == 0
         assert victim_step == 10
@@ -192,7 +192,8 @@ def cleanup(sqlite_server: Server) -> Iterator[Server]:
             if job["status"] not in ("COMPLETED", "FAILED", "CANCELLED"):
                 with sqlite_server.http() as c:
                     c.post(f"/api/v1/jobs/{job['id']}/cancel")
-        kill_leftovers(sqlite_server.data_dir)
+        running = sqlite_server.proc
+        kill_leftovers(sqlite_server.data_dir, keep=(running.pid,) if running is not None else ())
 
 
 def test_a_learner_killed_9_stops_its_gang_and_the_retry_policy_decides(cleanup: Server, tmp_path: Path) -> None:

@@ -118,6 +118,10 @@ class Env:
     def until_status(self, job_id: str, *wanted: JobStatus, timeout_s: float = 30.0) -> None:
         self.drive(lambda: self.status(job_id) in wanted, timeout_s, f"{job_id} to become {wanted}")
 
+    def until_running(self, job_id: str, timeout_s: float = 30.0) -> None:
+        """PROCESSING with its learners launched (the attempt `running`, the executor's handle stored)."""
+        self.drive(lambda: self.job(job_id).executor_handle is not None, timeout_s, f"{job_id}'s learners to run")
+
     def all_jobs(self) -> list[Job]:
         with self.store.session() as s:
             return list(s.execute(select(Job)).scalars())
@@ -133,6 +137,7 @@ class Env:
             while ctx.runs and time.monotonic() < deadline:
                 for ended in ctx.executor.poll().ended:
                     ctx.runs.pop(ended.job_id, None)
+                    ctx.executor.release(ended.job_id, ended.attempt)
                 time.sleep(0.02)
             assert not ctx.runs, f"learners left running: {sorted(ctx.runs)}"
             ctx.executor.close()

@@ -62,7 +62,8 @@ def wait_until(predicate: Callable[[], bool], timeout_s: float = 30.0, what: str
 
 
 def wait_for_end(executor: Executor, timeout_s: float = 30.0) -> tuple[AttemptEnded, list[Progress]]:
-    """Poll until one attempt ends; everything reported meanwhile comes along."""
+    """Poll until one attempt ends, and release it (as the control loop does once it has recorded the end);
+    everything reported meanwhile comes along."""
     progress: list[Progress] = []
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -70,7 +71,9 @@ def wait_for_end(executor: Executor, timeout_s: float = 30.0) -> tuple[AttemptEn
         progress.extend(result.progress)
         if result.ended:
             assert len(result.ended) == 1, result.ended
-            return result.ended[0], progress
+            ended = result.ended[0]
+            executor.release(ended.job_id, ended.attempt)
+            return ended, progress
         time.sleep(0.05)
     raise AssertionError(f"no attempt ended within {timeout_s} s")
 
@@ -80,9 +83,8 @@ def log_text(spec: AttemptSpec, rank: int) -> str:
     return path.read_text() if path.exists() else ""
 
 
-def processes_of(job_id: str) -> list[int]:
-    """Pids of live processes whose environment names this job (learners and their children)."""
-    marker = f"LOADMASTER_JOB_ID={job_id}".encode()
+def processes_with(matches: Callable[[list[bytes]], bool]) -> list[int]:
+    """Pids of live processes (not zombies) whose environment (its NAME=VALUE entries) matches."""
     found = []
     for entry in Path("/proc").iterdir():
         if not entry.name.isdigit():
@@ -92,9 +94,15 @@ def processes_of(job_id: str) -> list[int]:
             state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        if state != "Z" and marker in environ.split(b"\0"):
+        if state != "Z" and matches(environ.split(b"\0")):
             found.append(int(entry.name))
     return found
+
+
+def processes_of(job_id: str) -> list[int]:
+    """Pids of live processes whose environment names this job (learners and their children)."""
+    marker = f"LOADMASTER_JOB_ID={job_id}".encode()
+    return processes_with(lambda environ: marker in environ)
 
 
 def kill_leftovers() -> list[str]:

@@ -132,18 +132,21 @@ def test_requests_on_a_running_job_are_flags_for_the_control_loop(api: Api) -> N
 def test_scale_checks_elastic_bounds(sqlite_api: Api) -> None:
     a = sqlite_api
     with a.client(a.tenant("vision")) as c:
+        # A well-formed size the job cannot take conflicts with the job (the schema cannot say): 409.
         fixed = c.post("/api/v1/jobs", json=manifest()).json()["id"]
         r = c.post(f"/api/v1/jobs/{fixed}/scale", json={"learners": 2})
-        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "learners"
+        assert r.status_code == 409 and r.json()["problems"][0]["field"] == "learners"
         assert "not elastic" in r.json()["error"]
         elastic = c.post("/api/v1/jobs", json=manifest(learners=2, elastic={"min_learners": 1,
                                                                             "max_learners": 4})).json()["id"]
         r = c.post(f"/api/v1/jobs/{elastic}/scale", json={"learners": 5})
-        assert r.status_code == 422 and "between elastic.min_learners (1) and elastic.max_learners (4)" in \
+        assert r.status_code == 409 and "between elastic.min_learners (1) and elastic.max_learners (4)" in \
             r.json()["error"]
-        assert c.post(f"/api/v1/jobs/{elastic}/scale", json={"learners": 4}).json()["learners"] == 4
-        r = c.post(f"/api/v1/jobs/{elastic}/scale", json={"learners": "many"})
-        assert r.status_code == 422 and r.json()["problems"][0]["field"] == "learners"
+        scaled = c.post(f"/api/v1/jobs/{elastic}/scale", json={"learners": 4}).json()
+        assert scaled["learners"] == 4 and scaled["target_learners"] == 4  # pinned: the scheduler starts it so
+        for bad in ("many", "3", True, 2.5):  # what the schema calls an integer, strictly
+            r = c.post(f"/api/v1/jobs/{elastic}/scale", json={"learners": bad})
+            assert r.status_code == 422 and r.json()["problems"][0]["field"] == "learners", bad
 
 
 def test_tenant_management_is_the_admins(api: Api) -> None:

@@ -96,3 +96,28 @@ def test_routes_methods_queries_and_tokens(sqlite_api: Api) -> None:
         assert r.status_code == 401 and "tenant create" in r.json()["error"]
         for response in (r,):
             assert "Traceback" not in response.text
+
+
+@pytest.mark.parametrize(("body", "kind", "status", "field", "words"), [
+    # What no process can be given: refused at once, not accepted to fail at every launch.
+    (manifest(command=["echo", "x" * 200_000]), "json", 422, "command", "per argument"),
+    (manifest(command=["echo", *(["x" * 100_000] * 3)]), "json", 422, "command", "command line is"),
+    (manifest(env={"BIG": "x" * 200_000}), "json", 422, "env", "per variable"),
+    # Nested thousands deep: refused before any parser recurses through it.
+    ("command: " + "[" * 10_000 + "]" * 10_000, "yaml", 400, "body", "nested 10000 levels deep"),
+    ("name: x\ncommand:\n" + "- " * 5_000 + "true", "yaml", 400, "body", "nested"),
+])
+def test_request_limits_are_checked_before_the_costly_steps(sqlite_api: Api, body: Any, kind: str, status: int,
+                                                            field: str, words: str) -> None:
+    import time
+
+    with sqlite_api.client(sqlite_api.tenant("vision")) as c:
+        started = time.perf_counter()
+        if kind == "json":
+            r = c.post("/api/v1/jobs", json=body)
+        else:
+            r = c.post("/api/v1/jobs", content=body.encode(), headers=YAML)
+        took = time.perf_counter() - started
+    assert r.status_code == status, r.text
+    assert r.json()["problems"][0]["field"] == field and words in r.json()["error"], r.json()
+    assert took < 1.0, took  # the server spent milliseconds on it, not seconds

@@ -14,6 +14,8 @@ from tests.platform.control_fixtures import Env, learner, make_env
 def test_a_gang_runs_to_completion_with_its_history_and_progress(env: Env) -> None:
     job = env.submit(learners=2, command=learner("train", 12, 0.05))
     env.until_status(job, S.PROCESSING)
+    assert env.attempts(job)[0].outcome in ("launching", "running")  # PROCESSING from its booking on
+    env.until_running(job)
     row = env.job(job)
     assert row.allocation is not None and row.executor_handle is not None
     learners = row.allocation["learners"]
@@ -23,7 +25,7 @@ def test_a_gang_runs_to_completion_with_its_history_and_progress(env: Env) -> No
     env.until_status(job, S.COMPLETED)
     assert env.statuses(job) == ["QUEUED", "PROCESSING", "COMPLETED"]
     reasons = [reason for _, _, reason in env.history(job)]
-    assert "2 learner(s) started on n0" in reasons[1] and "exited 0" in reasons[2]
+    assert "2 learner(s) launching on n0" in reasons[1] and "exited 0" in reasons[2]
     [attempt] = env.attempts(job)
     assert attempt.outcome == "succeeded" and sorted(map(tuple, attempt.exit_codes or [])) == [(0, 0), (1, 0)]
     done = env.job(job)
@@ -165,11 +167,10 @@ def test_a_job_waiting_for_locality_is_decided_again_when_its_wait_relaxes(sqlit
 
     env = make_env(sqlite_url, tmp_path)
     try:
-        # Hold out 1 s for one server, then take one rack; nothing else happens meanwhile, and the store is
-        # not re-read on its own (resync_s): only the placer's next_change_s can bring the decision.
+        # Hold out 1 s for one server, then take one rack; nothing else happens meanwhile: only the placer's
+        # next_change_s can bring the decision.
         loop = ControlLoop(env.store, env.cluster, LocalExecutor(), env.dirs, policy=make_policy("fifo"),
-                           placer=LocalityPlacer(node_wait_s=1.0, rack_wait_s=1.0), resync_s=3600.0,
-                           estimates=False)
+                           placer=LocalityPlacer(node_wait_s=1.0, rack_wait_s=1.0), estimates=False)
         env.loops.append(loop)
         blockers = [env.submit(resources={"gpus": 3}, command=learner("train", 400, 0.05)) for _ in range(2)]
         env.drive(lambda: all(env.status(b) is S.PROCESSING for b in blockers), what="two blockers")

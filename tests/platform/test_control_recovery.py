@@ -71,7 +71,7 @@ def test_an_attempt_that_cannot_be_accounted_for_is_requeued_and_resumes(env: En
     report = loop.recover()
     assert report.requeued == [job]
     first = env.attempts(job)[0]
-    assert first.outcome == "failed" and first.failure_category == "infrastructure"
+    assert first.outcome == "lost" and first.failure_category == "infrastructure"
     assert "requeued" in (first.retry_decision or "")
     env.until_status(job, S.COMPLETED)
     assert env.statuses(job) == ["QUEUED", "PROCESSING", "QUEUED", "PROCESSING", "COMPLETED"]
@@ -121,6 +121,7 @@ def test_a_launch_cut_short_leaves_the_job_queued(lite: Env) -> None:
     loop = lite.new_loop()
     assert loop.recover().interrupted_launches == [job]
     first = lite.attempts(job)[0]
-    assert first.outcome == "failed" and first.failure_category == "infrastructure"
+    assert first.outcome == "lost" and first.failure_category == "infrastructure"
+    assert lite.job(job).allocation is None  # a queued job holds no GPU
     lite.until_status(job, S.COMPLETED)
     assert lite.job(job).attempts == 2

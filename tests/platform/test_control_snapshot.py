@@ -1,23 +1,36 @@
-"""The pure parts of the control loop: store rows -> Snapshot, concrete GPUs, per-job placement."""
+"""The pure parts of the control loop: rows and runs -> Snapshot (incrementally), concrete GPUs, per-job
+placement, rendezvous ports."""
 
 from __future__ import annotations
 
 from typing import Any
 
+import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobStatus
-from loadmaster.platform.control.allocation import assign_gpus, held_gpus, keep_gpus, to_allocation, to_document
-from loadmaster.platform.control.rows import JobRow
-from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, SnapshotBuilder, placer_name
+from loadmaster.platform.control.allocation import (
+    PORT_COOLDOWN_S,
+    Bookings,
+    assign_gpus,
+    held_gpus,
+    keep_gpus,
+    pick_master_port,
+    to_allocation,
+    to_document,
+)
+from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, JobInputs, SnapshotBuilder, placer_name
 from loadmaster.platform.control.state import PendingStart, Phase, RunState, StopIntent, StopKind
+from loadmaster.platform.control.table import JobRow
 from loadmaster.platform.executors.base import AttemptSpec
 from loadmaster.platform.manifest import JobManifest, parse_manifest
 from loadmaster.scheduling import decide, make_placer, make_policy
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.placement.per_job import PerJobPlacer
-from loadmaster.scheduling.snapshot import TenantQuota
+from loadmaster.scheduling.snapshot import Snapshot, TenantQuota, free_after
 
 CLUSTER = Cluster((Node("n0", 4, 16.0, 64.0), Node("n1", 4, 16.0, 64.0)))
 NOW = 10_000.0
@@ -47,8 +60,17 @@ def _doc(*learners: tuple[str, list[int]]) -> dict[str, Any]:
                          for r, (n, g) in enumerate(learners)], "master_port": 29500}
 
 
+def _build(rows: list[JobRow], manifests: dict[str, JobManifest], runs: dict[str, RunState] | None = None,
+           pending: dict[str, PendingStart] | None = None, quotas: dict[str, TenantQuota] | None = None,
+           builder: SnapshotBuilder | None = None, tenant: str = "vision") -> tuple[SnapshotBuilder, Snapshot]:
+    builder = builder or SnapshotBuilder(CLUSTER)
+    for row in rows:
+        builder.update(row.id, JobInputs(row, manifests[row.id], tenant, (pending or {}).get(row.id),
+                                         (runs or {}).get(row.id)))
+    return builder, builder.build(NOW, quotas or {})
+
+
 def test_rows_become_the_snapshot_decide_reads() -> None:
-    builder = SnapshotBuilder(CLUSTER)
     rows = [
         _row("q", expected_duration_s=600.0, priority=3),
         _row("r", JobStatus.PROCESSING, attempts=1, allocation=_doc(("n0", [0, 1])), run_started_at=NOW - 100,
@@ -58,9 +80,9 @@ def test_rows_become_the_snapshot_decide_reads() -> None:
     ]
     manifests = {"q": _manifest(learners=2, resources={"gpus": 2}, placement={"strategy": "spread"}),
                  "r": _manifest(resources={"gpus": 2}), "halting": _manifest(), "storing": _manifest()}
-    runs = {"r": _run("r", Allocation("r", (0,), 2, 1.0, 1.0))}
-    built = builder.build(NOW, rows, manifests, {1: "vision"}, {"vision": TenantQuota("vision", 8)}, runs, {})
-    snap = built.snapshot
+    run = _run("r", Allocation("r", (0,), 2, 1.0, 1.0))
+    run.running_since, run.as_of, run.work_done_s, run.attained_gpu_s = NOW - 100, NOW - 10, 90.0, 180.0
+    _, snap = _build(rows, manifests, {"r": run}, quotas={"vision": TenantQuota("vision", 8)})
     [q] = snap.queued
     assert (q.job_id, q.spec.learners, q.spec.gpus_per_learner, q.spec.duration_s, q.spec.priority) == \
         ("q", 2, 2, 600.0, 3)
@@ -69,11 +91,10 @@ def test_rows_become_the_snapshot_decide_reads() -> None:
     assert r.allocation == Allocation("r", (0,), 2, 1.0, 1.0) and r.spec.duration_s == DEFAULT_DURATION_S
     assert r.rate == 1.0 and r.as_of == NOW - 10 and r.work_at(NOW) == pytest.approx(100.0)
     assert list(snap.free_gpus) == [2.0, 4.0]
-    assert set(built.queued) == {"q"} and snap.tenants["vision"].gpus == 8
+    assert snap.tenants["vision"].gpus == 8 and dict(snap.tenant_gpus) == {"vision": 2}
 
 
 def test_stopping_jobs_free_their_resources_and_pending_starts_hold_theirs() -> None:
-    builder = SnapshotBuilder(CLUSTER)
     rows = [_row("victim", JobStatus.PROCESSING, attempts=1, allocation=_doc(("n0", [0, 1, 2, 3])),
                  run_started_at=NOW - 100),
             _row("winner")]
@@ -81,28 +102,57 @@ def test_stopping_jobs_free_their_resources_and_pending_starts_hold_theirs() -> 
     runs = {"victim": _run("victim", Allocation("victim", (0,), 4, 1.0, 1.0),
                            stop=StopIntent(StopKind.PREEMPT, "preempted by winner"))}
     pending = {"winner": PendingStart("winner", Allocation("winner", (0,), 4, 1.0, 1.0), NOW - 1)}
-    snap = builder.build(NOW, rows, manifests, {1: "t"}, {}, runs, pending).snapshot
+    _, snap = _build(rows, manifests, runs, pending)
     assert [v.job_id for v in snap.running] == ["winner"] and not snap.queued
     assert list(snap.free_gpus) == [0.0, 4.0]
 
 
 def test_a_scale_request_pins_the_size_of_an_elastic_job() -> None:
-    builder = SnapshotBuilder(CLUSTER)
     elastic = _manifest(learners=2, elastic={"min_learners": 1, "max_learners": 4})
-    free = builder.build(NOW, [_row("e")], {"e": elastic}, {1: "t"}, {}, {}, {}).snapshot.queued[0].spec
+    free = _build([_row("e")], {"e": elastic})[1].queued[0].spec
     assert free.elastic and (free.min_learners, free.max_learners) == (1, 4)
-    pinned = builder.build(NOW, [_row("e", target_learners=3)], {"e": elastic}, {1: "t"}, {}, {}, {})
-    spec = pinned.snapshot.queued[0].spec
+    spec = _build([_row("e", target_learners=3)], {"e": elastic})[1].queued[0].spec
     assert not spec.elastic and spec.learners == 3
 
 
-def test_unchanged_rows_give_the_same_views() -> None:
+def test_views_are_rebuilt_only_for_jobs_that_changed() -> None:
+    row, manifests = _row("q"), {"q": _manifest(), "r": _manifest()}
+    builder, first = _build([row], manifests)
+    again = builder.build(NOW + 5, {})
+    assert again.queued[0] is first.queued[0]
+    _build([_row("q", priority=9)], manifests, builder=builder)
+    changed = builder.build(NOW + 5, {}).queued[0]
+    assert changed is not first.queued[0] and changed.spec.priority == 9
+    builder.update("q", None)
+    assert not builder.build(NOW, {}).queued
+
+
+@settings(max_examples=60, deadline=None)
+@given(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "e"]), st.integers(0, 2), st.integers(1, 2)),
+                max_size=30))
+def test_incremental_capacity_always_equals_a_rebuild(steps: list[tuple[str, int, int]]) -> None:
+    """Whatever order views come and go in, free capacity and each tenant's GPUs are those of the running
+    views (never a GPU counted twice, never one lost)."""
     builder = SnapshotBuilder(CLUSTER)
-    row, manifests = _row("q"), {"q": _manifest()}
-    first = builder.build(NOW, [row], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
-    again = builder.build(NOW + 5, [row], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
-    changed = builder.build(NOW + 5, [_row("q", priority=9)], manifests, {1: "t"}, {}, {}, {}).snapshot.queued[0]
-    assert again is first and changed is not first and changed.spec.priority == 9
+    manifests = {j: _manifest(resources={"gpus": 1}) for j in "abcde"}
+    for job, action, gpus in steps:
+        if action == 0:
+            builder.update(job, None)
+        elif action == 1:
+            builder.update(job, JobInputs(_row(job), manifests[job], "t" + job))
+        else:
+            alloc = Allocation(job, (0,) * gpus, 1, 1.0, 1.0)
+            builder.update(job, JobInputs(_row(job), manifests[job], "t" + job, PendingStart(job, alloc, NOW)))
+    snap = builder.build(NOW, {})
+    gpus, cpus, mem = free_after(CLUSTER, snap.running)
+    assert list(snap.free_gpus) == list(np.maximum(gpus, 0)) and list(snap.free_cpus) == list(np.maximum(cpus, 0))
+    assert list(snap.free_mem) == list(np.maximum(mem, 0))
+    held: dict[str, int] = {}
+    for view in snap.running:
+        assert view.allocation is not None
+        held[view.spec.tenant] = held.get(view.spec.tenant, 0) + view.allocation.gpus
+    assert dict(snap.tenant_gpus) == held
+    assert not {v.job_id for v in snap.running} & {v.job_id for v in snap.queued}
 
 
 @pytest.mark.parametrize(("placement", "name"), [
@@ -113,10 +163,9 @@ def test_a_manifests_placement_names_its_placer(placement: dict[str, str], name:
 
 
 def test_each_job_is_placed_by_its_own_placer() -> None:
-    builder = SnapshotBuilder(CLUSTER)
     rows = [_row("packed", submitted_at=1.0), _row("spread", submitted_at=2.0)]
     manifests = {"packed": _manifest(learners=2), "spread": _manifest(learners=2, placement={"strategy": "spread"})}
-    snap = builder.build(NOW, rows, manifests, {1: "t"}, {}, {}, {}).snapshot
+    snap = _build(rows, manifests)[1]
     placer = PerJobPlacer(make_placer("pack"), PLACERS)
     plan = decide(snap, make_policy("fifo"), placer)
     nodes = {s.job_id: set(s.allocation.learner_nodes) for s in plan.starts}
@@ -138,3 +187,30 @@ def test_gpus_are_the_lowest_free_and_a_resize_keeps_the_learners_that_stay() ->
     assert shrunk is not None and [x.gpu_ids for x in shrunk] == [(1,)]
     assert to_allocation("j", current, {"n0": 0, "n1": 1}) == Allocation("j", (0, 0, 1), 1, 1.0, 1.0)
     assert to_allocation("j", current, {"n0": 0}) is None  # a node this cluster does not have
+
+
+def test_two_gangs_never_share_a_rendezvous_port_pair_and_a_port_given_back_cools_down() -> None:
+    clock = [NOW]
+    bookings = Bookings(lambda: clock[0])
+    first = pick_master_port(bookings.busy_ports())
+    bookings.book("a", _doc_on(first, ("n0", [0])))
+    second = pick_master_port(bookings.busy_ports())
+    assert abs(second - first) >= 2  # port and port + 1 are one gang's
+    bookings.book("b", _doc_on(second, ("n0", [1])))
+    bookings.release("a", _doc_on(first, ("n0", [0])))
+    assert first in bookings.busy_ports()  # learners that exited may still hold it a moment
+    clock[0] += PORT_COOLDOWN_S + 1
+    assert first not in bookings.busy_ports() and second in bookings.busy_ports()
+    assert bookings.held() == {"n0": {1}}
+
+
+def test_bookings_count_each_gpu_once_and_name_a_double_booking() -> None:
+    bookings = Bookings(lambda: NOW)
+    assert bookings.book("a", _doc(("n0", [0, 1]))) == []
+    assert bookings.book("b", _doc(("n0", [1, 2]))) == [("n0", 1, "a")]
+    bookings.release("b", _doc(("n0", [1, 2])))
+    assert bookings.held() == {"n0": {0, 1}} and bookings.held_by() == {"a": 2}
+
+
+def _doc_on(port: int, *learners: tuple[str, list[int]]) -> dict[str, Any]:
+    return {**_doc(*learners), "master_port": port}

@@ -148,3 +148,11 @@ def test_a_restart_picks_up_the_running_job(tmp_path: Path) -> None:
             assert c.get(f"/api/v1/jobs/{job_id}/logs").json()["ranks"][0]["lines"] == ["done"]
     finally:
         assert second.stop() == 0, second.rest()
+
+
+def test_the_checkpoint_interval_reaches_the_policies_that_weigh_it() -> None:
+    from loadmaster.platform.server import ServerOptions, server_policy
+
+    assert server_policy(ServerOptions(policy="priority", checkpoint_interval_s=60.0)).checkpoint_interval_s == 60.0
+    assert server_policy(ServerOptions(policy="las")).checkpoint_interval_s == 900.0  # the policy's default
+    assert server_policy(ServerOptions(policy="fifo", checkpoint_interval_s=60.0)).name == "fifo"  # none to weigh

@@ -1,8 +1,12 @@
-"""`loadmaster queue`: queued jobs in scheduling order, why each waits, and when it may start."""
+"""`loadmaster queue`: queued jobs in scheduling order, why each waits, and when it may start.
+
+The first page (`--limit`, 50) is a table; `--all` lists every queued job, page after page, as plain columns
+(a table of 10,000 rows would take seconds to lay out), and `--json` prints the API's entries.
+"""
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 from rich.table import Table
@@ -10,29 +14,52 @@ from rich.table import Table
 from loadmaster.cli.common import add_row, console, err_console, print_json
 from loadmaster.cli.remote import client, duration, id_column, in_, remote
 
+COLUMNS = ("pos", "job", "name", "tenant", "waiting because", "run time", "estimated start")
+
+
+def _cells(e: dict[str, Any]) -> tuple[str, ...]:
+    run_time = "-" if e.get("expected_duration_s") is None else duration(e["expected_duration_s"])
+    return (str(e["position"]), e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
+            f"{run_time} (guess)" if e.get("duration_guessed") else run_time, in_(e["estimated_start_at"]))
+
 
 @remote
 def queue(
     tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's jobs.")] = None,
+    limit: Annotated[int, typer.Option("--limit", min=1, max=10_000, help="How many to show (from the first).")] = 50,
+    show_all: Annotated[bool, typer.Option("--all", help="Every queued job (plain columns).")] = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
     """Queued jobs: position, waiting reason, estimated start (the simulator run forward from now)."""
-    entries = client().queue(tenant)
+    api = client()
+    if show_all:
+        entries = api.queue(tenant)
+        total = len(entries)
+    else:
+        page = api.queue_page(tenant, limit=limit)
+        entries, total = list(page["entries"]), int(page["total"])
     if as_json:
         print_json(entries)
         return
-    table = Table(title=f"{len(entries)} queued job(s)")
-    table.add_column("pos")
-    id_column(table)
-    for col in ("name", "tenant", "waiting because"):
-        table.add_column(col)
-    table.add_column("run time", no_wrap=True)
-    table.add_column("estimated start")
-    for e in entries:
-        run_time = "-" if e.get("expected_duration_s") is None else duration(e["expected_duration_s"])
-        add_row(table, e["position"], e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
-                f"{run_time} (guess)" if e.get("duration_guessed") else run_time, in_(e["estimated_start_at"]))
-    console.print(table)
+    if show_all:
+        rows = [_cells(e) for e in entries]
+        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
+        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
+                 for row in [COLUMNS, *rows]]
+        print(f"{total} queued job(s)")
+        print("\n".join(lines))
+    else:
+        table = Table(title=f"{total} queued job(s)" + (f", the first {len(entries)}" if total > len(entries) else ""))
+        table.add_column("pos")
+        id_column(table)
+        for col in COLUMNS[2:]:
+            table.add_column(col, no_wrap=col == "run time")
+        for e in entries:
+            add_row(table, *_cells(e))
+        console.print(table)
+        if total > len(entries):
+            console.print(f"{total - len(entries)} more: `loadmaster queue --all` lists every one, --limit N the "
+                          "first N", highlight=False)
     if any(e.get("duration_guessed") for e in entries):
         err_console.print("[dim](guess): the job gave no expected_duration_s or max_runtime_s and has reported no "
                           "progress yet, so the estimates assume 1 h for it; set expected_duration_s in its "

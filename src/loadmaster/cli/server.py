@@ -30,6 +30,9 @@ def server(
                                                                 "before SIGKILL.")] = 10.0,
     tick: Annotated[float, typer.Option("--tick", min=0.01, help="Seconds between control-loop rounds when "
                                                                  "nothing happens.")] = 0.5,
+    checkpoint_interval: Annotated[float | None, typer.Option(
+        "--checkpoint-interval", help="Seconds between the jobs' checkpoints, as the policy weighs what a "
+                                      "preemption loses (default: the policy's, 900).")] = None,
 ) -> None:
     """Run the platform: the API (docs at /docs, dashboard at /ui) and the control loop."""
     from loadmaster.platform.server import Platform, ServerError, ServerOptions
@@ -40,7 +43,8 @@ def server(
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at every start
     options = ServerOptions(db=db, executor=executor, nodes=nodes, host=host, port=port, policy=policy,
-                            placement=placement, data_dir=data_dir, grace_s=grace, tick_s=tick)
+                            placement=placement, data_dir=data_dir, grace_s=grace, tick_s=tick,
+                            checkpoint_interval_s=checkpoint_interval)
     try:
         platform = Platform.build(options)
     except (ServerError, StoreError, TenantError, OSError) as err:

@@ -142,8 +142,23 @@ class Client:
             raise self._unreachable(err) from None
 
     # -- the rest --------------------------------------------------------------------------------------
-    def queue(self, tenant: str | None = None) -> list[Any]:
-        return list(self.request("GET", f"{API}/queue", params={"tenant": tenant} if tenant else None)["entries"])
+    def queue_page(self, tenant: str | None = None, *, limit: int = 1000, offset: int = 0) -> Any:
+        """One page of the queue: {"entries", "total", "offset", "limit", "next_offset"}."""
+        params: dict[str, Any] = {"limit": limit, "offset": offset}
+        if tenant:
+            params["tenant"] = tenant
+        return self.request("GET", f"{API}/queue", params=params)
+
+    def queue(self, tenant: str | None = None, *, limit: int | None = None) -> list[Any]:
+        """The queue's entries: the first `limit`, or every one (page after page)."""
+        entries: list[Any] = []
+        offset: int | None = 0
+        while offset is not None and (limit is None or len(entries) < limit):
+            size = 5000 if limit is None else min(5000, limit - len(entries))
+            page = self.queue_page(tenant, limit=size, offset=offset)
+            entries += page["entries"]
+            offset = page.get("next_offset")
+        return entries
 
     def cluster(self) -> Any:
         return self.request("GET", f"{API}/cluster")

@@ -4,9 +4,9 @@ The simulator is run forward from the live snapshot (sim/forecast.py): running j
 remaining expected time, queued jobs wait in the policy's order, nothing new arrives, and the same policy
 and placer decide. Each queued job's simulated start is its estimate.
 
-A forecast costs one decide() per simulated event, too much for every round, so it runs in a thread of
-its own process on a copy of the policy and placer: at most once every `interval_s`, and only when the
-queue changed since the last one. To bound the number of events, the
+A forecast costs one decide() per simulated event, too much for every round, so it runs in a child process
+on a copy of the policy and placer (the child dies with the server, however the server dies): at most once
+every `interval_s`, and only when the queue changed since the last one. To bound the number of events, the
 remaining time of every job is rounded to a quantum (a twentieth of the median remaining time, between
 0.1 s and 5 minutes): jobs then end together on a grid, and estimates are good to about that quantum.
 
@@ -18,13 +18,17 @@ be reported (estimation_error(), docs/benchmarks.md) without a row per job per f
 from __future__ import annotations
 
 import copyreg
+import ctypes
 import dataclasses
 import io
 import logging
 import math
 import multiprocessing
+import os
 import pickle
+import signal
 import statistics
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -98,6 +102,30 @@ def forecast_payload(payload: bytes, horizon_s: float, max_decisions: int | None
     result = forecast(coarsen(snap, quantum_of(snap)), policy, placer, horizon_s=horizon_s,
                       max_decisions=max_decisions, between=between)
     return Forecasted(dict(result.starts), result.decisions, time.perf_counter() - started)
+
+
+def _die_with(parent: int) -> None:
+    """In the forecast's child process, first thing: die when the server does, however it dies (a kill -9
+    gives it no chance to stop its children). Linux: the kernel sends SIGKILL (PR_SET_PDEATHSIG); elsewhere,
+    and as a backstop, a thread watches for the child being re-parented."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+        except (OSError, AttributeError):
+            pass
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(0)
+    threading.Thread(target=_watch_parent, args=(parent,), name="loadmaster-parent-watch", daemon=True).start()
+
+
+def _watch_parent(parent: int) -> None:
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+
+
+_PR_SET_PDEATHSIG = 1
 
 
 class _Stopped(Exception):
@@ -242,7 +270,8 @@ class Estimator:
                 if self._stopping:
                     return
                 if self._pool is None:
-                    self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"))
+                    self._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("spawn"),
+                                                     initializer=_die_with, initargs=(os.getpid(),))
                 pool = self._pool
             done = pool.submit(forecast_payload, offer.payload, self.horizon_s, self.max_decisions).result()
         self.latest = MappingProxyType(done.starts)

@@ -85,7 +85,8 @@ class Retry(_Strict):
 
 
 class JobManifest(_Strict):
-    name: str
+    # The schema says what _name() checks (the check itself stays there, for its message).
+    name: str = Field(json_schema_extra={"pattern": _NAME.pattern, "minLength": 1, "maxLength": 128})
     learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
     resources: Resources = Resources()
     command: list[str] | str

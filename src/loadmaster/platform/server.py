@@ -1,13 +1,18 @@
 """`loadmaster server`: the store, the cluster, the executor, the control loop and the API in one process.
 
-Start-up order: open the store (migrating it), make sure an admin token exists, describe the cluster, bind
-the port (a port in use fails before any learner is touched), recover() what a previous server left
-running, start the loop, serve. SIGINT/SIGTERM stop the API (open log streams end), then the loop; learners
-keep running and the next start re-attaches them.
+Start-up order: check the options, bind the port and lock the data directory (a port in use, or a second
+server on the same data, fails before the store is created or an admin token is made, so a first start
+that fails leaves nothing whose token was never shown), open the store (migrating it), make sure an admin
+token exists, describe the cluster, recover() what a previous server left running (and reconcile), start
+the loop, serve. SIGINT/SIGTERM stop the API (open log streams end), then the loop; learners keep running
+and the next start re-attaches them. Child processes (the queue estimator's) die with the server, however
+it dies.
 """
 
 from __future__ import annotations
 
+import fcntl
+import inspect
 import logging
 import os
 import signal
@@ -32,7 +37,7 @@ from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.tenants import ensure_admin_token
 from loadmaster.scheduling.placement import PLACERS, make_placer
-from loadmaster.scheduling.policies import POLICIES, make_policy
+from loadmaster.scheduling.policies import POLICIES, Policy
 
 log = logging.getLogger("loadmaster.server")
 
@@ -56,6 +61,7 @@ class ServerOptions:
     data_dir: Path | None = None  # None: the user's data directory
     tick_s: float = 0.5
     grace_s: float = 10.0
+    checkpoint_interval_s: float | None = None  # None: the policies' default (900 s)
     dashboard: bool = True
 
     def check(self) -> None:
@@ -67,6 +73,9 @@ class ServerOptions:
             raise ServerError(f"--placement {self.placement!r}: choose one of {', '.join(PLACERS)}")
         if not 0 <= self.port <= 65535:
             raise ServerError(f"--port {self.port}: a TCP port is 0..65535 (0 picks a free one)")
+        if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
+            raise ServerError(f"--checkpoint-interval {self.checkpoint_interval_s:g}: give the seconds between the "
+                              "jobs' checkpoints, more than 0")
         if self.executor == "ray" and self.nodes:
             raise ServerError("--nodes describes this machine for the local executor; with --executor ray the "
                               "nodes are the Ray cluster's (label them with `ray start --labels=loadmaster/node="
@@ -81,7 +90,17 @@ def data_dir(options: ServerOptions) -> Path:
     return Path(platformdirs.user_data_dir("loadmaster"))
 
 
-def _local(options: ServerOptions) -> tuple[Cluster, Executor]:
+def server_policy(options: ServerOptions) -> Policy:
+    """The policy by name, told the jobs' checkpoint interval where it weighs the work a preemption loses."""
+    factory = POLICIES[options.policy]
+    if options.checkpoint_interval_s is not None and isinstance(factory, type) and \
+            "checkpoint_interval_s" in inspect.signature(factory).parameters:
+        policy: Policy = factory(checkpoint_interval_s=options.checkpoint_interval_s)
+        return policy
+    return factory()
+
+
+def _local(options: ServerOptions, root: Path) -> tuple[Cluster, Executor]:
     from loadmaster.platform.executors.local import LocalExecutor
     from loadmaster.platform.nodes import NodesSpecError, local_gpu_map, parse_nodes, probe_machine
 
@@ -90,7 +109,28 @@ def _local(options: ServerOptions) -> tuple[Cluster, Executor]:
         cluster = parse_nodes(options.nodes, machine)
     except NodesSpecError as err:
         raise ServerError(str(err)) from None
-    return cluster, LocalExecutor(gpu_map=local_gpu_map(cluster, machine), failure_grace_s=options.grace_s)
+    return cluster, LocalExecutor(gpu_map=local_gpu_map(cluster, machine), failure_grace_s=options.grace_s,
+                                  survey_root=root)
+
+
+class DataDirLock:
+    """An exclusive lock on the data directory for the server's life: two servers driving the same learners
+    and the same store would each think the other's learners are orphans."""
+
+    def __init__(self, root: Path) -> None:
+        self.path = root / "server.lock"
+        self._fd = os.open(self.path, os.O_CREAT | os.O_RDWR, 0o600)
+        try:
+            fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            os.close(self._fd)
+            raise ServerError(f"--data-dir {root}: another loadmaster server uses this data directory; stop it, "
+                              "or give this one another --data-dir") from None
+
+    def release(self) -> None:
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
 
 
 def _ray(options: ServerOptions, env: Mapping[str, str]) -> tuple[Cluster, Executor]:
@@ -116,8 +156,9 @@ class Platform:
     ctx: ApiContext
     app: Any
     admin_token: str | None  # generated at this (first) start: to print once; None otherwise
+    api: ApiServer
+    lock: DataDirLock
     recovery: RecoveryReport | None = None
-    api: ApiServer | None = field(default=None, repr=False)
     started_at: float = field(default_factory=time.perf_counter)  # when build() began
 
     @classmethod
@@ -127,29 +168,40 @@ class Platform:
         options.check()
         root = data_dir(options)
         root.mkdir(parents=True, exist_ok=True)
-        store = Store.open(options.db or f"sqlite:///{root / 'loadmaster.db'}")
+        lock = DataDirLock(root)
+        closing = threading.Event()
         try:
-            with store.session() as s:
+            api = ApiServer(None, options.host, options.port, on_exit=closing.set)
+        except BaseException:
+            lock.release()
+            raise
+        store: Store | None = None
+        try:
+            store = Store.open(options.db or f"sqlite:///{root / 'loadmaster.db'}")
+            cluster, executor = _local(options, root) if options.executor == "local" else _ray(options, env)
+            with store.session() as s:  # last: a start that fails before this never made a token nobody saw
                 admin = ensure_admin_token(s, env.get(ADMIN_ENV) or None, time.time())
-            cluster, executor = _local(options) if options.executor == "local" else _ray(options, env)
             dirs = JobDirs(root)
-            loop = ControlLoop(store, cluster, executor, dirs, policy=make_policy(options.policy),
+            loop = ControlLoop(store, cluster, executor, dirs, policy=server_policy(options),
                                placer=make_placer(options.placement), tick_s=options.tick_s,
                                grace_s=options.grace_s)
         except BaseException:
-            store.close()
+            api.close()
+            if store is not None:
+                store.close()
+            lock.release()
             raise
-        ctx = ApiContext(store, cluster, dirs, loop=loop)
+        ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry)
         app = create_app(ctx)
         if options.dashboard:
             from loadmaster.web import mount_dashboard
 
             mount_dashboard(app)
-        return cls(options, store, cluster, executor, dirs, loop, ctx, app, admin, started_at=started)
+        api.attach(app)
+        return cls(options, store, cluster, executor, dirs, loop, ctx, app, admin, api, lock, started_at=started)
 
     def start(self) -> None:
-        """Bind the port, recover, start the loop (the API then serves with run() or in a thread)."""
-        self.api = ApiServer(self.app, self.options.host, self.options.port, on_exit=self.ctx.closing.set)
+        """Recover, start the loop (the API then serves with run() or in a thread)."""
         self.recovery = self.loop.recover()
         tune_for_serving()
         self.loop.start()
@@ -168,7 +220,6 @@ class Platform:
         previous = {sig: signal.signal(sig, on_signal) for sig in HANDLED} if main else {}
         try:
             self.start()
-            assert self.api is not None
             if stopping.is_set():
                 return
             self.announce(out)
@@ -184,7 +235,6 @@ class Platform:
         """Start everything with the API in a background thread (tests, benchmarks); its URL."""
         try:
             self.start()
-            assert self.api is not None
             self.api.start_in_thread()
         except BaseException:
             self.shutdown()
@@ -193,17 +243,16 @@ class Platform:
 
     def shutdown(self) -> None:
         self.ctx.closing.set()
-        if self.api is not None:
-            if self.api.in_thread:
-                self.api.stop()
-            self.api.close()
+        if self.api.in_thread:
+            self.api.stop()
+        self.api.close()
         self.loop.stop()
         self.executor.close()
         self.store.close()
+        self.lock.release()
         log.info("stopped; running learners keep running and are re-attached at the next start")
 
     def announce(self, out: TextIO) -> None:
-        assert self.api is not None
         o = self.options
         url = self.api.url
         rec = self.recovery

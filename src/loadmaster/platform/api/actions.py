@@ -12,16 +12,17 @@ lock from the transaction's start; PostgreSQL: the row, SELECT ... FOR UPDATE) a
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from typing import TypeVar
 
 from sqlalchemy import select
-from sqlalchemy.exc import OperationalError
+from sqlalchemy.exc import SQLAlchemyError
 from sqlalchemy.orm import Session
 
 from loadmaster.core.job import JobStatus
-from loadmaster.platform.api.errors import ApiError, field_error
-from loadmaster.platform.store.db import Store
+from loadmaster.platform.api.errors import ApiError, store_busy
+from loadmaster.platform.store.db import Store, transient
 from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Job, Tenant
 from loadmaster.platform.store.tenants import Principal
@@ -30,17 +31,19 @@ T = TypeVar("T")
 S = JobStatus
 
 
-def in_transaction(store: Store, fn: Callable[[Session], T], *, for_update: bool = False, attempts: int = 8) -> T:
-    """Run fn in one transaction (for_update: it reads rows and changes them: lock them as it reads); 503 if
-    the store stays locked or keeps deadlocking."""
-    for _ in range(attempts):
+def in_transaction(store: Store, fn: Callable[[Session], T], *, for_update: bool = False, attempts: int = 2) -> T:
+    """Run fn in one transaction (for_update: it reads rows and changes them: lock them as it reads). A store
+    that stays busy or unreachable (locks held past their timeout, a lost connection, a deadlock) is 503
+    with Retry-After: the transaction rolled back, so the client may repeat the request."""
+    for attempt in range(attempts):
         try:
             with store.session(for_update=for_update) as s:
                 return fn(s)
-        except OperationalError as err:
-            if not any(word in str(err) for word in ("locked", "busy", "deadlock", "could not serialize")):
+        except SQLAlchemyError as err:
+            if not transient(err):
                 raise
-    raise ApiError(503, "the store is busy; retry in a moment")
+            time.sleep(0.05 * (attempt + 1))
+    raise store_busy()
 
 
 def visible_job(s: Session, who: Principal, job_id: str, *, lock: bool = False) -> tuple[Job, str]:
@@ -101,14 +104,18 @@ def resume(s: Session, job: Job, now: float) -> None:
 
 
 def scale(s: Session, job: Job, learners: int) -> None:
+    """A well-formed size the job cannot take is a conflict with the job (409), not a malformed request: the
+    same body is right for another job."""
     elastic = job.manifest.get("elastic")
     if not elastic:
-        raise field_error(422, "learners", f"job {job.id} is not elastic (its manifest has no elastic section), so "
-                                           "its size is fixed; submit it with elastic.min_learners/max_learners")
+        raise ApiError(409, f"learners: job {job.id} is not elastic (its manifest has no elastic section), so its "
+                            "size is fixed; submit it with elastic.min_learners/max_learners",
+                       [("learners", f"job {job.id} is not elastic")])
     lo, hi = int(elastic["min_learners"]), int(elastic["max_learners"])
     if not lo <= learners <= hi:
-        raise field_error(422, "learners", f"must lie between elastic.min_learners ({lo}) and "
-                                           f"elastic.max_learners ({hi}) of job {job.id}; got {learners}")
+        raise ApiError(409, f"learners: must lie between elastic.min_learners ({lo}) and elastic.max_learners "
+                            f"({hi}) of job {job.id}; got {learners}",
+                       [("learners", f"outside {lo}..{hi}")])
     status = S(job.status)
     if status.terminal:
         raise _finished(job, "scale")
@@ -116,7 +123,8 @@ def scale(s: Session, job: Job, learners: int) -> None:
         raise ApiError(409, f"job {job.id} is STORING its results; its learners have finished",
                        [("job_id", "job is STORING")])
     if status in (S.QUEUED, S.HALTED):
+        # Pinned: the scheduler starts it at this size, neither growing nor shrinking it.
         job.learners = learners
-        job.target_learners = None
+        job.target_learners = learners
     else:
         job.target_learners = None if learners == job.learners else learners

@@ -12,6 +12,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
+from prometheus_client import CollectorRegistry
+
 from loadmaster.core.cluster import Cluster
 from loadmaster.platform.api.batching import GroupCommit, Throttled
 from loadmaster.platform.api.models import JobSummary
@@ -38,6 +40,9 @@ class LoopLink(Protocol):
 
     def wake(self) -> None: ...
     def queue(self) -> Sequence[QueueEntryLike]: ...
+    def queue_entry(self, job_id: str) -> QueueEntryLike | None: ...
+    def queue_made_at(self) -> float: ...
+    def health(self) -> tuple[bool, float | None]: ...
 
 
 class Authenticator:
@@ -89,6 +94,7 @@ class ApiContext:
     closing: threading.Event = field(default_factory=threading.Event)  # set at shutdown: streams end
     # Submissions wake the control loop at most this often (a burst of them costs a few rounds, not one each).
     submit_wake_interval_s: float = 0.5
+    metrics: CollectorRegistry | None = None  # the control loop's (GET /metrics)
 
     submissions: GroupCommit[JobSummary] = field(init=False)
 

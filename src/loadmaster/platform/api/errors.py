@@ -1,8 +1,10 @@
 """Every error the API gives is a JSON ErrorBody with a 4xx status that names the field at fault and the fix.
 
 Handlers are installed for the API's own ApiError, FastAPI's request validation, Starlette's HTTP errors
-(unknown route, wrong method) and, as a backstop, anything else: that one answers 500 without a traceback
-(the traceback goes to the server's log, not to the client).
+(unknown route, wrong method), the store's errors (a busy or unreachable store is 503 with Retry-After: the
+request changed nothing and may be repeated) and, as a backstop, anything else: that one answers 500
+without a traceback (the traceback goes to the server's log, not to the client), and keeps the client's
+connection open (Starlette's own backstop re-raises after answering, which makes uvicorn drop it).
 """
 
 from __future__ import annotations
@@ -15,9 +17,15 @@ from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel
+from sqlalchemy.exc import SQLAlchemyError
 from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from loadmaster.platform.store.db import transient
 from loadmaster.platform.store.tenants import NoSuchTenant, TenantError, TenantExists
+
+RETRY_AFTER_S = 1
+STORE_BUSY = "the store is busy or unreachable; nothing was changed: retry in a moment"
 
 log = logging.getLogger("loadmaster.api")
 
@@ -56,13 +64,14 @@ _DESCRIPTIONS = {
     413: "The request body is too large.",
     415: "Unsupported Content-Type.",
     422: "An input is invalid; `problems` names each field and the fix.",
-    503: "The store is busy; retry.",
+    503: "The store is busy or unreachable; nothing was changed: retry after Retry-After seconds.",
 }
 
 
 def responses(*codes: int) -> dict[int | str, dict[str, Any]]:
-    """OpenAPI `responses` entries: the listed 4xx codes, each with the ErrorBody schema."""
-    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in codes}
+    """OpenAPI `responses` entries: the listed 4xx codes, each with the ErrorBody schema, and 503 (any route
+    that reads the store may find it busy)."""
+    return {code: {"model": ErrorBody, "description": _DESCRIPTIONS[code]} for code in (*codes, 503)}
 
 
 def _json(status: int, body: ErrorBody, headers: dict[str, str] | None = None) -> JSONResponse:
@@ -138,9 +147,50 @@ def route_methods(routes: list[Any]) -> list[tuple[re.Pattern[str], set[str]]]:
             getattr(r, "path_regex", None) is not None]
 
 
+def store_busy() -> ApiError:
+    return ApiError(503, STORE_BUSY, headers={"Retry-After": str(RETRY_AFTER_S)})
+
+
+async def _store_error(request: Request, exc: Exception) -> JSONResponse:
+    if transient(exc):
+        log.warning("store unavailable on %s %s: %s", request.method, request.url.path, exc)
+        return _json(503, ErrorBody(error=STORE_BUSY), {"Retry-After": str(RETRY_AFTER_S)})
+    return await _unexpected(request, exc)
+
+
 async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
     log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
     return _json(500, ErrorBody(error="internal error; the server's log has the details"))
+
+
+class Backstop:
+    """Any exception the handlers did not answer becomes a 500 JSON answer here, inside Starlette's own
+    backstop, so the connection stays usable (a keep-alive client is not reset)."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def sending(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, sending)
+        except Exception as exc:
+            if started:  # part of an answer went out (a stream): nothing sound can follow it
+                raise
+            request = Request(scope)
+            response = await (_store_error(request, exc) if isinstance(exc, SQLAlchemyError)
+                              else _unexpected(request, exc))
+            await response(scope, receive, send)
 
 
 def install(app: FastAPI) -> None:
@@ -148,4 +198,5 @@ def install(app: FastAPI) -> None:
     app.add_exception_handler(TenantError, _tenant_error)
     app.add_exception_handler(RequestValidationError, _validation_error)
     app.add_exception_handler(StarletteHTTPException, _http_error)
-    app.add_exception_handler(Exception, _unexpected)
+    app.add_exception_handler(SQLAlchemyError, _store_error)
+    app.add_middleware(Backstop)

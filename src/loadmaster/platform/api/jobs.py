@@ -174,14 +174,12 @@ def list_jobs(
 
 
 def queue_entry(ctx: ApiContext, job_id: str, name: str, expected_duration_s: float | None) -> QueueEntryOut | None:
-    if ctx.loop is None:
+    e = ctx.loop.queue_entry(job_id) if ctx.loop is not None else None
+    if e is None:
         return None
-    for e in ctx.loop.queue():
-        if e.job_id == job_id:
-            return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
-                                 wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at,
-                                 **duration_fields(expected_duration_s))
-    return None
+    return QueueEntryOut(job_id=e.job_id, name=name, tenant=e.tenant, position=e.position,
+                         wait_reason=e.wait_reason, estimated_start_at=e.estimated_start_at,
+                         **duration_fields(expected_duration_s))
 
 
 @router.get("/{job_id}", response_model=JobDetail, responses=responses(401, 404, 422),

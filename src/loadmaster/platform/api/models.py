@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S
@@ -103,6 +103,10 @@ class QueueEntryOut(BaseModel):
 
 class QueueOut(BaseModel):
     entries: list[QueueEntryOut]
+    total: int  # queued jobs the token may see, on every page
+    offset: int
+    limit: int
+    next_offset: int | None  # the offset of the next page; None on the last
 
 
 class JobDetail(JobSummary):
@@ -148,9 +152,21 @@ class ResultsOut(BaseModel):
     truncated: bool  # more files than one listing shows (10,000)
 
 
+def _integer(value: object) -> object:
+    if isinstance(value, bool | str):
+        raise ValueError("must be an integer (not true/false, not text)")
+    return value
+
+
+# A JSON Schema integer: 4 and 4.0, never `true` or "4" (which pydantic's lax mode would take, and the schema
+# does not).
+Integer = Annotated[int, BeforeValidator(_integer)]
+GpuCount = Annotated[int, Field(ge=0, le=1_000_000), BeforeValidator(_integer)]
+
+
 class ScaleIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    learners: int = Field(ge=1, le=1024, description="The new number of learners, within elastic min..max.")
+    learners: Integer = Field(ge=1, le=1024, description="The new number of learners, within elastic min..max.")
 
 
 class TenantOut(BaseModel):
@@ -171,15 +187,15 @@ class TenantIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
     name: str = Field(pattern=TENANT_NAME_PATTERN, description="1-64 lower-case letters, digits, '.', '_', '-', "
                                                                "starting with a letter or digit.")
-    gpus: int = Field(ge=0, le=1_000_000, description="Nominal GPU quota (guaranteed).")
-    borrow: int | None = Field(default=None, ge=0, le=1_000_000,
+    gpus: GpuCount = Field(description="Nominal GPU quota (guaranteed).")
+    borrow: GpuCount | None = Field(default=None,
                                description="Borrowing limit: idle GPUs beyond the quota; null: no limit.")
 
 
 class QuotaIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    gpus: int | None = Field(default=None, ge=0, le=1_000_000, description="New nominal quota; absent: unchanged.")
-    borrow: int | None = Field(default=None, ge=0, le=1_000_000,
+    gpus: GpuCount | None = Field(default=None, description="New nominal quota; absent: unchanged.")
+    borrow: GpuCount | None = Field(default=None,
                                description="New borrowing limit; absent: unchanged; null: no limit.")
 
 
@@ -236,9 +252,11 @@ class ClusterOut(BaseModel):
 
 
 class Health(BaseModel):
-    status: str
+    status: str  # "ok"; "stuck" (no control-loop round for too long), "store_unavailable" (503 both)
     version: str
     scheduler: bool  # a control loop is attached
+    last_round_age_s: float | None = None  # seconds since the control loop's last completed round
+    detail: str = ""
 
 
 def gpus_per_learner(job: Job) -> int:

@@ -59,15 +59,24 @@ def bind(host: str, port: int) -> socket.socket:
 
 
 class ApiServer:
+    """The listening socket is bound at construction (a port in use fails at once, before anything else is
+    made); the app may be attached after (attach()), once the rest of the server exists."""
+
     def __init__(self, app: Any, host: str = "127.0.0.1", port: int = 0, *,
                  on_exit: Callable[[], None] = lambda: None, access_log: bool = False) -> None:
         self.sock = bind(host, port)
         self.host = host
         self.port = int(self.sock.getsockname()[1])
-        config = uvicorn.Config(app, log_level="warning", access_log=access_log, lifespan="off",
-                                timeout_graceful_shutdown=3, timeout_keep_alive=30, backlog=2048)
-        self.server = _Uvicorn(config, on_exit)
+        self._on_exit = on_exit
+        self._access_log = access_log
         self._thread: threading.Thread | None = None
+        if app is not None:
+            self.attach(app)
+
+    def attach(self, app: Any) -> None:
+        config = uvicorn.Config(app, log_level="warning", access_log=self._access_log, lifespan="off",
+                                timeout_graceful_shutdown=3, timeout_keep_alive=30, backlog=2048)
+        self.server = _Uvicorn(config, self._on_exit)
 
     @property
     def url(self) -> str:

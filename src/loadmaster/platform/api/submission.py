@@ -1,6 +1,10 @@
 """Reading a submitted manifest from a request body (JSON, or YAML by Content-Type) into a JobManifest.
 
-Kept apart from the route so the hot path is plain code: decode, validate, admit, one INSERT.
+Kept apart from the route so the hot path is plain code: decode, validate, admit, one INSERT. Limits that
+keep one request from costing the server much (or a job from failing at every launch) are checked before
+the expensive steps: the body's size (413), its nesting (400, before the YAML parser, which is pure Python
+and slow on thousands of nested brackets), and the command line and environment a process can be given
+(422: a command over what the kernel takes would be accepted and then fail at every launch).
 """
 
 from __future__ import annotations
@@ -11,6 +15,9 @@ from loadmaster.platform.api.errors import ApiError, field_error
 from loadmaster.platform.manifest import JobManifest, ManifestError, load_manifest_text, parse_manifest
 
 JSON_TYPES = frozenset({"application/json", ""})
+MAX_DEPTH = 32  # a manifest is a mapping of a few levels
+MAX_ARG_BYTES = 128 * 1024 - 1  # Linux's MAX_ARG_STRLEN, its terminating NUL left out
+MAX_COMMAND_BYTES = 256 * 1024  # the whole command line; the environment has the same budget
 YAML_TYPES = frozenset({"application/yaml", "application/x-yaml", "text/yaml", "text/x-yaml"})
 
 
@@ -39,6 +46,10 @@ def decode_manifest(body: bytes, content_type: str | None, max_bytes: int) -> Jo
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise field_error(400, "body", "the body is not UTF-8 text") from None
+    depth = nesting(text)
+    if depth > MAX_DEPTH:
+        raise field_error(400, "body", f"the manifest is nested {depth} levels deep; a manifest is a mapping of a "
+                                       f"few levels (at most {MAX_DEPTH})")
     try:
         manifest = _parse(text, kind)
     except ManifestError as err:
@@ -54,7 +65,52 @@ def decode_manifest(body: bytes, content_type: str | None, max_bytes: int) -> Jo
         unusable = _unusable_text(manifest.model_dump(exclude_none=True), "")
         if unusable is not None:
             raise field_error(422, *unusable)
+    _check_process_limits(manifest)
     return manifest
+
+
+def nesting(text: str) -> int:
+    """How deep the text's brackets nest, outside quoted strings, or its block style by indentation and
+    dashes ("- - - x" opens three sequences), whichever is deeper: one pass, no parsing (an estimate of the
+    parse's depth; a manifest uses a few levels)."""
+    deepest = depth = 0
+    quote = ""
+    escaped = False
+    for ch in text:
+        if quote:
+            if escaped:
+                escaped = False
+            elif ch == "\\" and quote == '"':
+                escaped = True
+            elif ch == quote:
+                quote = ""
+        elif ch in "\"'":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+    block = max((len(line) - len(line.lstrip("- ")) for line in text.splitlines()), default=0) // 2
+    return max(deepest, block)
+
+
+def _check_process_limits(manifest: JobManifest) -> None:
+    argv = manifest.argv
+    longest = max((len(a.encode()) for a in argv), default=0)
+    if longest > MAX_ARG_BYTES:
+        raise field_error(422, "command", f"one argument is {longest:,} bytes; a process takes at most "
+                                          f"{MAX_ARG_BYTES:,} per argument: pass large inputs in a file (the "
+                                          "job's data source), not on the command line")
+    total = sum(len(a.encode()) + 1 for a in argv)
+    if total > MAX_COMMAND_BYTES:
+        raise field_error(422, "command", f"the command line is {total:,} bytes; the limit is {MAX_COMMAND_BYTES:,}: "
+                                          "pass large inputs in a file (the job's data source)")
+    env = sum(len(k.encode()) + len(v.encode()) + 2 for k, v in manifest.env.items())
+    longest = max((len(k.encode()) + len(v.encode()) + 1 for k, v in manifest.env.items()), default=0)
+    if env > MAX_COMMAND_BYTES or longest > MAX_ARG_BYTES:
+        raise field_error(422, "env", f"the environment is {env:,} bytes (its largest variable {longest:,}); the "
+                                      f"limits are {MAX_COMMAND_BYTES:,} in all and {MAX_ARG_BYTES:,} per variable")
 
 
 def _parse(text: str, kind: str) -> JobManifest:

@@ -1,7 +1,8 @@
 """Gang launches run beside the loop: starting learners takes the executor tens to hundreds of milliseconds
 per gang (processes to spawn, a supervisor to report in), which must not stretch a round. A few threads
 call executor.launch(); the loop collects the handles (or the launch errors) at its next round, which
-the finished launch brings forward by waking the loop."""
+the finished launch brings forward by waking the loop. A result stays here until the loop has committed
+what it means (forget()): a round whose transaction fails finds it again at the next."""
 
 from __future__ import annotations
 
@@ -19,16 +20,17 @@ class Launched:
     job_id: str
     attempt: int
     handle: dict[str, Any] | None  # None when it failed
-    error: str | None
+    error: LaunchError | None
 
 
 class Launcher:
-    def __init__(self, executor: Executor, wake: Callable[[], None], workers: int = 4) -> None:
+    def __init__(self, executor: Executor, wake: Callable[[], None], workers: int = 8) -> None:
         self._executor = executor
         self._wake = wake
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadmaster-launch")
         self._lock = threading.Lock()
         self._running: dict[tuple[str, int], Future[dict[str, Any]]] = {}
+        self._done: dict[tuple[str, int], Launched] = {}
         self.closed = False
 
     def launch(self, spec: AttemptSpec) -> None:
@@ -37,9 +39,8 @@ class Launcher:
             self._running[(spec.job_id, spec.attempt)] = future
         future.add_done_callback(lambda _: self._wake())
 
-    def collect(self) -> list[Launched]:
-        """Launches that finished since the last call."""
-        done: list[Launched] = []
+    def results(self) -> list[Launched]:
+        """Launches that finished and were not forgotten yet."""
         with self._lock:
             for key, future in list(self._running.items()):
                 if not future.done():
@@ -47,13 +48,17 @@ class Launcher:
                 del self._running[key]
                 err = future.exception()
                 if err is None:
-                    done.append(Launched(*key, future.result(), None))
-                elif isinstance(err, LaunchError | OSError):
-                    done.append(Launched(*key, None, str(err) if isinstance(err, LaunchError)
-                                         else f"{err.__class__.__name__}: {err}"))
-                else:  # an executor bug: the gang did not start; say what happened rather than lose it
-                    done.append(Launched(*key, None, f"the executor failed: {err.__class__.__name__}: {err}"))
-        return done
+                    self._done[key] = Launched(*key, future.result(), None)
+                elif isinstance(err, LaunchError):
+                    self._done[key] = Launched(*key, None, err)
+                else:  # an OSError, or an executor bug: the gang did not start; say so rather than lose it
+                    self._done[key] = Launched(*key, None, LaunchError(
+                        f"the executor failed: {err.__class__.__name__}: {err}"))
+            return list(self._done.values())
+
+    def forget(self, key: tuple[str, int]) -> None:
+        with self._lock:
+            self._done.pop(key, None)
 
     def pending(self) -> int:
         with self._lock:

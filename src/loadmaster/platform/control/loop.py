@@ -1,18 +1,22 @@
 """The control loop: the live shell around decide(), as the simulator is the virtual one.
 
 One round (tick):
-1. poll the executor: attempts that ended (-> finish.py) and progress reports (-> progress.py);
-   collect finished data/results copies (-> stages.py);
-2. read the unfinished jobs (rows.py) and act on users' cancel/halt requests (requests.py) and on jobs
-   past their max_runtime_s; launch starts whose GPUs were freed by learners that exited;
-3. decide, if anything may have changed: a submission, an end, a request, progress that moved an expected
-   duration, or the time the policy (round_s) or a placer (next_change_s) asked to be woken at. Otherwise
-   the round ends here: an idle loop reads the store and polls, nothing more;
-4. build the Snapshot (snapshot.py), decide(snapshot, policy, placer), carry out the Plan (apply.py),
-   and offer the snapshot to the queue estimator when the queue changed (estimates.py).
+1. sync: read the jobs changed since the last round (table.py: change numbers; an idle round costs one
+   tiny query) and the tenants if their limits changed;
+2. collect what happened: data and results copies done, launches done, attempts ended and progress
+   (executor.poll()), users' requests, jobs past max_runtime_s, starts waiting for GPUs; route them all
+   (router.py) in one store transaction;
+3. reconcile, every `reconcile_s` (reconcile.py);
+4. decide, if anything may have changed (a change in the store, an event, a memory change) or the time the
+   policy (round_s), a placer (next_change_s) or a launch backoff named has come: build the Snapshot
+   incrementally (snapshot.py), decide(snapshot, policy, placer), and route the Plan in one transaction
+   (the statement: every start, stop, rejection and wait reason, committed or discarded as one);
+5. write progress (one transaction), offer the snapshot to the queue estimator when the queue changed.
 
-Users' requests reach the loop through the store (the API writes, then calls wake()), never by calls
-into it, so the loop is the only writer of attempts and allocations.
+A store error anywhere stops the round; nothing half-done stays in memory (effects run after commits) and
+the sources offer their events again at the next round. Users' requests reach the loop through the store
+(the API writes, then calls wake()), never by calls into it, so the loop is the only writer of attempts
+and allocations.
 """
 
 from __future__ import annotations
@@ -21,81 +25,126 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from functools import cached_property
+
+from sqlalchemy import bindparam, func, select, update
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import JobStatus
-from loadmaster.platform.control.allocation import held_gpus
-from loadmaster.platform.control.apply import apply_plan, launch_pending
+from loadmaster.platform.control import events as ev
+from loadmaster.platform.control import progress, reconcile, requests
+from loadmaster.platform.control.allocation import Bookings
+from loadmaster.platform.control.batch import Batch, commit
 from loadmaster.platform.control.context import Context
-from loadmaster.platform.control.finish import attempt_ended, stage_done
-from loadmaster.platform.control.launch import launched
 from loadmaster.platform.control.launcher import Launcher
-from loadmaster.platform.control.progress import take_progress
+from loadmaster.platform.control.metrics import Gauges, LoopMetrics
 from loadmaster.platform.control.recovery import recover
 from loadmaster.platform.control.reports import QueueEntry, RecoveryReport, TickReport
-from loadmaster.platform.control.requests import apply_requests, apply_scaling
-from loadmaster.platform.control.rows import JobRow, RowReader, read_tenants
-from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, Built, SnapshotBuilder
+from loadmaster.platform.control.router import route_all
+from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, JobInputs, SnapshotBuilder
 from loadmaster.platform.control.stages import Stager
-from loadmaster.platform.control.stops import enforce_runtime
+from loadmaster.platform.control.state import Phase, StopIntent, StopKind
+from loadmaster.platform.control.stopping import runtime_exceeded
+from loadmaster.platform.control.table import JobTable, read_tenants
 from loadmaster.platform.estimates import Estimator
 from loadmaster.platform.executors.base import Executor
 from loadmaster.platform.layout import JobDirs
-from loadmaster.platform.store.db import Store
+from loadmaster.platform.store.db import Store, transient
+from loadmaster.platform.store.models import Job, Tenant
 from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.placement.per_job import PerJobPlacer
-from loadmaster.scheduling.plan import Plan, WaitReason
+from loadmaster.scheduling.plan import Plan, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.snapshot import Snapshot, TenantQuota
 from loadmaster.sim.forecast import DEFAULT_HORIZON_S
 
 log = logging.getLogger("loadmaster.control")
+rounds_log = logging.getLogger("loadmaster.rounds")
 
-_QueueRow = tuple[str, str, int, str]  # job id, tenant, position, wait reason
+STARTING = "starting"  # the queue's reason for a start waiting for GPUs that stopping learners hold
+LAUNCH_FAILED = "launch_failed"  # the queue's reason for a job whose launch could not be made (backing off)
+
+
+@dataclass(frozen=True)
+class QueueView:
+    """The latest round's queue: starts waiting for GPUs first, then the plan's waits in policy order, then
+    jobs whose launch is backing off. Kept as the round left it; its entries are made on first use (most
+    rounds' queues are never asked for)."""
+
+    made_at: float
+    starting: tuple[tuple[str, str, str], ...] = ()  # (job id, tenant, wait reason)
+    waits: tuple[Wait, ...] = ()
+    backing: tuple[tuple[str, str, str], ...] = ()
+    snapshot: Snapshot | None = None  # the tenants of the waits
+
+    @cached_property
+    def entries(self) -> tuple[tuple[str, str, str], ...]:
+        """(job id, tenant, wait reason); position = index + 1."""
+        tenant_of = {v.job_id: v.spec.tenant for v in self.snapshot.queued} if self.snapshot is not None else {}
+        waiting = tuple((w.job_id, tenant_of.get(w.job_id, ""), str(w.reason)) for w in self.waits)
+        return self.starting + waiting + self.backing
+
+    @cached_property
+    def index(self) -> dict[str, int]:
+        """job id -> its index in entries."""
+        return {job_id: i for i, (job_id, _, _) in enumerate(self.entries)}
 
 
 class ControlLoop:
     def __init__(self, store: Store, cluster: Cluster, executor: Executor, dirs: JobDirs, *,
                  policy: Policy, placer: Placer, clock: Callable[[], float] = time.time,
                  tick_s: float = 0.5, grace_s: float = 10.0, default_duration_s: float = DEFAULT_DURATION_S,
-                 resync_s: float = 2.0, progress_flush_s: float = 2.0, estimates: bool = True,
-                 estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S) -> None:
+                 progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
+                 estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
+                 stuck_after_s: float | None = None, coalesce_s: float = 0.02) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
         self.tick_s = tick_s
-        # Writes by others always wake the loop (the API calls wake()); reading the store at least this
-        # often anyway keeps a missed wake-up from leaving a job unscheduled.
-        self.resync_s = resync_s
+        self.coalesce_s = coalesce_s  # after a busy round, the next one waits this long for more to collect
+        self.reconcile_s = reconcile_s
+        # /health says the loop is stuck when no round completed for this long.
+        self.stuck_after_s = stuck_after_s if stuck_after_s is not None else max(30.0, 20 * tick_s)
+        self.metrics = LoopMetrics()
         self.ctx = Context(store, cluster, executor, dirs, clock, grace_s, Stager(self.wake),
-                           Launcher(executor, self.wake), progress_flush_s=progress_flush_s)
+                           Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
+                           progress_flush_s=progress_flush_s)
         self.builder = SnapshotBuilder(cluster, default_duration_s)
-        self._rows = RowReader(store)
         self.estimator: Estimator | None = Estimator(store, interval_s=estimate_interval_s,
                                                      horizon_s=estimate_horizon_s, clock=clock) if estimates else None
         self.last_tick: TickReport | None = None
         self.decisions = 0
+        self.rounds = 0
         self._lock = threading.RLock()
         self._event = threading.Event()
         self._woken = False
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._recovered: RecoveryReport | None = None
-        self._fingerprint: dict[str, tuple[object, ...]] | None = None
-        self._due_at = math.inf
-        self._queue: tuple[_QueueRow, ...] = ()
+        self._due_at = -math.inf  # the first round decides
+        self._reconcile_at = -math.inf
+        self._queue = QueueView(0.0)
         self._queued_ids: frozenset[str] = frozenset()
-        self._read_at = -math.inf
-        self._queued_count = 0
+        self._names: dict[int, str] = {}
+        self._quotas: dict[str, TenantQuota] = {}
+        self._last_round_at: float | None = None  # monotonic time of the last completed round
+        self._degraded = False  # the last round met a store error: hand-offs go one transaction each
+        self.metrics.read_gauges(self._gauges)
+        executor.notify(self.wake)
 
     # -- the seam ---------------------------------------------------------------------------------------
     def recover(self) -> RecoveryReport:
-        """At start, before the API serves: adopt, restage or requeue what the previous server left running."""
+        """At start, before the API serves: adopt, restage or requeue what the previous server left
+        running; then reconcile once."""
         with self._lock:
             if self._recovered is None:
+                self._sync()
                 self._recovered = recover(self.ctx)
+                self._reconcile(self.ctx.clock())
                 log.info("recovered: %s", self._recovered)
             return self._recovered
 
@@ -108,56 +157,6 @@ class ControlLoop:
         finally:
             if estimator is not None:
                 estimator.resume()
-
-    def _tick(self) -> TickReport:
-        with self._lock:
-            self.recover()
-            started = time.perf_counter()
-            ctx = self.ctx
-            now = ctx.clock()
-            ctx.report = report = TickReport(at=now)
-            woken, self._woken = self._woken, False
-            self._collect(now)
-            if woken or ctx.dirty or ctx.pending or now >= self._due_at or now - self._read_at >= self.resync_s:
-                self._round(woken, now)
-            report.running = len(ctx.runs)
-            report.queued = self._queued_count
-            report.duration_s = time.perf_counter() - started
-            self.last_tick = report
-            return report
-
-    def _collect(self, now: float) -> None:
-        """What happened since the last round: launches done, attempts ended, progress, copies done."""
-        ctx = self.ctx
-        # Copies first: a copy that an attempt's end starts below is collected at the next tick, never in
-        # the same one, so STORING (and DOWNLOADING) is always a state the store shows, however fast the copy.
-        for copied in ctx.stager.collect():
-            stage_done(ctx, copied)
-        for done in ctx.launcher.collect():
-            launched(ctx, done)
-        polled = ctx.executor.poll()
-        take_progress(ctx, polled.progress)
-        for ended in polled.ended:
-            attempt_ended(ctx, ended)
-        for run in list(ctx.runs.values()):
-            enforce_runtime(ctx, run, ctx.manifest(run.job_id).max_runtime_s, now)
-
-    def _round(self, woken: bool, now: float) -> None:
-        """Read the store, act on requests, and decide if anything may have changed."""
-        ctx = self.ctx
-        rows = self._read()
-        gone = apply_requests(ctx, rows)
-        if gone:
-            rows = [r for r in rows if r.id not in gone]
-        if ctx.pending:
-            launch_pending(ctx)  # the snapshot takes what it launched from the loop's memory, not the rows
-        fingerprint = {r.id: r.fingerprint() for r in rows}
-        built: Built | None = None
-        if ctx.dirty or woken or fingerprint != self._fingerprint or ctx.clock() >= self._due_at:
-            built = self._decide(rows, now)
-            self._fingerprint = fingerprint
-        self._queued_count = sum(1 for r in rows if r.state is JobStatus.QUEUED)
-        self._estimate(rows, built)
 
     def start(self) -> None:
         """Run tick() in a background thread, every tick_s or sooner after wake()."""
@@ -184,101 +183,373 @@ class ControlLoop:
         if self.estimator is not None:
             self.estimator.stop()
         self.ctx.stager.close()
-        # Launches under way finish, and their learners are recorded (PROCESSING), so the next server
-        # re-attaches them instead of finding a launch cut short.
+        # Launches under way finish, and their learners are recorded (running), so the next server
+        # re-attaches them at once (it would find them by their files too).
         self.ctx.launcher.close()
         with self._lock:
-            for done in self.ctx.launcher.collect():
-                launched(self.ctx, done)
+            try:
+                self._route(self._launches())
+            except Exception as err:  # the store is gone: the next start finds the learners by their files
+                log.warning("launches under way at shutdown not recorded: %s", err)
 
     def wake(self) -> None:
-        """Something changed (submission, halt, cancel, scale): decide soon."""
+        """Something changed (submission, halt, cancel, scale, a learner exited): a round soon."""
         self._woken = True
         self._event.set()
 
     def queue(self) -> list[QueueEntry]:
         """The latest round's view of the queue, in policy order."""
+        view = self._queue
         estimates = self.estimator.latest if self.estimator is not None else {}
         now = self.ctx.clock()
-        out = []
-        for job_id, tenant, position, reason in self._queue:
-            at = now if reason == "starting" else estimates.get(job_id)
-            out.append(QueueEntry(job_id, tenant, position, reason, None if at is None else max(at, now)))
-        return out
+        return [self._entry(i, job_id, tenant, reason, estimates, now)
+                for i, (job_id, tenant, reason) in enumerate(view.entries)]
 
-    # -- inside a round ---------------------------------------------------------------------------------
+    def queue_entry(self, job_id: str) -> QueueEntry | None:
+        """One job's entry in the latest queue (None if it is not in it)."""
+        view = self._queue
+        i = view.index.get(job_id)
+        if i is None:
+            return None
+        estimates = self.estimator.latest if self.estimator is not None else {}
+        return self._entry(i, *view.entries[i], estimates, self.ctx.clock())
+
+    @staticmethod
+    def _entry(i: int, job_id: str, tenant: str, reason: str, estimates: Mapping[str, float | None],
+               now: float) -> QueueEntry:
+        at = now if reason == STARTING else estimates.get(job_id)
+        return QueueEntry(job_id, tenant, i + 1, reason, None if at is None else max(at, now))
+
+    def queue_view(self) -> QueueView:
+        return self._queue
+
+    def queue_made_at(self) -> float:
+        """When the latest queue was made (jobs queued since are not in it yet)."""
+        return self._queue.made_at
+
+    def health(self) -> tuple[bool, float | None]:
+        """(healthy, seconds since the last completed round): unhealthy when the loop's thread died or no
+        round completed for stuck_after_s."""
+        at = self._last_round_at
+        age = None if at is None else time.monotonic() - at
+        alive = self._thread is None or self._thread.is_alive()
+        stuck = self._thread is not None and (not alive or age is None or age > self.stuck_after_s)
+        return not stuck, age
+
+    # -- a round ----------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping.is_set():
             self._event.clear()  # before the round: a wake() during it makes the next one come at once
             try:
-                self.tick()
-            except Exception:  # a round that fails (the store unreachable a moment) must not end the loop
+                report = self.tick()
+            except Exception:  # a round that fails (a bug) must not end the loop
                 log.exception("control loop round failed; trying again")
-            self._event.wait(self.tick_s)
+                report = None
+            if report is not None and report.store_error:
+                self._stopping.wait(self.tick_s)  # the store is in trouble: do not hammer it
+            elif report is None or not (report.events or report.decided):
+                self._event.wait(self.tick_s)
+            else:
+                # Busy: what happens in the next moment (more learners exiting, more launches done) is
+                # handled together, one transaction for all, instead of one round each.
+                self._stopping.wait(min(self.coalesce_s, self.tick_s))
 
-    def _read(self) -> list[JobRow]:
-        self._read_at = self.ctx.clock()
-        rows = self._rows.read()
-        self.ctx.load_manifests([r.id for r in rows])
-        self.ctx.held = held_gpus(r.allocation for r in rows)
-        self.ctx.ports = {int(r.allocation.get("master_port", 0)) for r in rows if r.allocation}
-        return rows
+    def _tick(self) -> TickReport:
+        with self._lock:
+            started = time.perf_counter()
+            ctx = self.ctx
+            now = ctx.clock()
+            ctx.report = report = TickReport(at=now)
+            woken, self._woken = self._woken, False
+            stage = "recover"
+            try:
+                self.recover()
+                stage = "sync"
+                report.read = self._sync()
+                stage = "collect"
+                self._collect(now)
+                if now >= self._reconcile_at:
+                    stage = "reconcile"
+                    self._reconcile(now)
+                stage = "decide"
+                self._maybe_decide(now, woken)
+                stage = "progress"
+                progress.flush(ctx, ctx.clock())
+                self._estimate()
+                self._degraded = False
+            except Exception as err:
+                if not transient(err):
+                    raise
+                self._degraded = True
+                report.store_error = f"{stage}: {type(err).__name__}"
+                self.metrics.store_errors.labels(stage).inc()
+                log.warning("control loop: store error during %s (the round is tried again): %s", stage, err)
+            report.running = len(ctx.runs)
+            report.queued = len(self.builder.queued)
+            report.duration_s = time.perf_counter() - started
+            self.last_tick = report
+            self.rounds += 1
+            self._last_round_at = time.monotonic()
+            self.metrics.rounds.inc()
+            self.metrics.round_seconds.observe(report.duration_s)
+            if report.busy:
+                rounds_log.info("round %d %s", self.rounds, report.log_line())
+            return report
 
-    def _build(self, rows: list[JobRow], now: float) -> Built:
-        names, quotas = read_tenants(self.ctx.store)
-        return self.builder.build(now, rows, self.ctx.manifests, names, quotas, self.ctx.runs, self.ctx.pending)
-
-    def _decide(self, rows: list[JobRow], now: float) -> Built:
+    def _sync(self) -> int:
+        """Read what changed in the store; the jobs concerned have their views rebuilt at the next snapshot.
+        Every step is safe to fail: what it needs is asked for again at the next round."""
         ctx = self.ctx
-        started = time.perf_counter()
-        built = self._build(rows, now)
-        if any(r.target_learners is not None and r.state is JobStatus.PROCESSING for r in rows) and \
-                apply_scaling(ctx, rows, built.snapshot, self.placer):
-            built = self._build(rows, now)
-        ctx.dirty = False
-        plan = decide(built.snapshot, self.policy, self.placer)
-        self.decisions += 1
-        apply_plan(ctx, plan, built.queued)
-        self._due_at = self._next_due(plan, built, now)
-        self._remember_queue(plan, built)
-        keep = {r.id for r in rows}
-        ctx.forget(keep)
-        self.builder.forget(keep)
-        ctx.report.decided = True
-        ctx.report.decide_s = time.perf_counter() - started
-        return built
+        delta = ctx.table.sync()
+        ctx.touched.update(delta.changed)
+        ctx.touched.update(delta.gone)
+        if not delta.empty:
+            ctx.dirty = True
+        for job_id in delta.gone:
+            ctx.forget(job_id)
+        if delta.tenants is not None:
+            names, quotas = read_tenants(ctx.store)
+            if names != self._names:
+                ctx.touched.update(ctx.table.rows)
+            self._names, self._quotas = names, quotas
+            ctx.table.tenants_read(delta.tenants)
+        ctx.load_manifests(delta.changed)
+        return delta.read
 
-    def _next_due(self, plan: Plan, built: Built, now: float) -> float:
-        """When time alone may change the answer: the policy's round, a placer's relaxation."""
+    def _collect(self, now: float) -> None:
+        """What happened since the last round, routed in one transaction."""
+        ctx = self.ctx
+        events: list[ev.Event] = [ev.Staged(done) for done in ctx.stager.results()]
+        events += self._launches()
+        polled = ctx.executor.poll()
+        progress.take_progress(ctx, polled.progress)
+        for ended in polled.ended:
+            run = ctx.runs.get(ended.job_id)
+            if run is not None and run.attempt == ended.attempt:
+                if run.phase is Phase.LAUNCHING:
+                    continue  # its launch is collected first; the executor reports the end again
+                events.append(ev.Ended(ended, run))
+            else:
+                events.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
+        events += requests.pending_requests(ctx)
+        for run in ctx.runs.values():
+            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now)
+            if intent is not None:
+                events.append(ev.Stop(run.job_id, intent))
+        events += self._pending_starts(now)
+        self._route(events)
+
+    def _launches(self) -> list[ev.Event]:
+        ctx = self.ctx
+        out: list[ev.Event] = []
+        for done in ctx.launcher.results():
+            run = ctx.runs.get(done.job_id)
+            if run is None or run.attempt != done.attempt or run.phase is not Phase.LAUNCHING:
+                ctx.launcher.forget((done.job_id, done.attempt))
+                if done.handle is not None:  # nobody waits for these learners any more
+                    ctx.executor.stop(done.job_id, done.attempt, 0.0)
+                continue
+            if done.handle is not None:
+                out.append(ev.Launched(run, done.handle))
+            else:
+                out.append(ev.LaunchFailed(run, done.error or "unknown launch error"))
+        return out
+
+    def _pending_starts(self, now: float) -> list[ev.Event]:
+        """Starts waiting for GPUs: tried again each round (learners that ignore SIGTERM are killed after the
+        grace period, so a start never waits much longer; one that does is dropped and decided again)."""
+        ctx = self.ctx
+        patience = max(60.0, 3 * ctx.grace_s)
+        out: list[ev.Event] = []
+        for start in list(ctx.pending.values()):
+            if now - start.since > patience:
+                del ctx.pending[start.job_id]
+                ctx.changed(start.job_id)
+                if start.relaunch:  # a resized job with no learners left: back to the queue
+                    out.append(ev.Unbook(start.job_id, "the GPUs of its new size did not become free"))
+                continue
+            out.append(ev.Start(start.job_id, start.allocation, start.since, start.relaunch, start.previous))
+        return out
+
+    def _route(self, events: list[ev.Event]) -> None:
+        """Route the events in one transaction; after a store error, one transaction each (a store that
+        fails some writes still lets the small ones through), until a round succeeds whole."""
+        if not events:
+            return
+        ctx = self.ctx
+        ctx.report.events += len(events)
+        if not self._degraded:
+            commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
+            return
+        failed: Exception | None = None
+        for event in events:
+            try:
+                commit(ctx.store, ctx.clock(), lambda b, e=event: route_all(b, ctx, [e]))  # type: ignore[misc]
+            except Exception as err:  # each is independent: the others still go through
+                if not transient(err):
+                    raise
+                failed = err
+        if failed is not None:
+            raise failed
+
+    def _reconcile(self, now: float) -> None:
+        ctx = self.ctx
+        self._reconcile_at = now + self.reconcile_s
+        found = reconcile.reconcile(ctx)
+        ctx.report.repairs += len(found.repairs)
+        self._route(found.events)
+        reconcile.take(ctx, found)
+
+    # -- deciding ---------------------------------------------------------------------------------------
+    def _maybe_decide(self, now: float, woken: bool) -> None:
+        ctx = self.ctx
+        why = []
+        if ctx.dirty:
+            why.append("changes")
+        if now >= self._due_at:
+            why.append("due")
+        for job_id, (until, _) in list(ctx.backoff.items()):
+            if until <= now:  # its launch may be tried again
+                del ctx.backoff[job_id]
+                ctx.changed(job_id)
+                why.append("backoff")
+        if not why:
+            return
+        started = time.perf_counter()
+        ctx.dirty = False
+        try:
+            snap = self._snapshot(now)
+            scaling = requests.scaling(ctx, snap, self.placer) if ctx.table.requested else []
+            if scaling:
+                self._route(list(scaling))
+                snap = self._snapshot(now)
+            core = time.perf_counter()
+            plan = decide(snap, self.policy, self.placer)
+            ctx.report.decide_only_s = time.perf_counter() - core
+            self.metrics.decide_seconds.observe(ctx.report.decide_only_s)
+            self.decisions += 1
+            self._apply(plan)
+        except BaseException:
+            ctx.dirty = True  # the plan was not carried out: decide again at the next round
+            raise
+        self._due_at = self._next_due(plan, snap, now)
+        self._remember_queue(plan, snap)
+        ctx.report.decided = True
+        ctx.report.why = why
+        ctx.report.decide_s = time.perf_counter() - started
+
+    def _snapshot(self, now: float) -> Snapshot:
+        ctx = self.ctx
+        touched = ctx.touched
+        ctx.load_manifests([j for j in touched if j in ctx.table.rows])  # those a failed round did not load
+        for job_id in touched:
+            row = ctx.table.rows.get(job_id)
+            manifest = ctx.manifests.get(job_id) if row is not None else None
+            if row is None or manifest is None:
+                self.builder.update(job_id, None)
+                continue
+            held = job_id in ctx.backoff and ctx.backoff[job_id][0] > now
+            tenant = self._names.get(row.tenant_id, f"tenant-{row.tenant_id}")
+            self.builder.update(job_id, JobInputs(row, manifest, tenant, ctx.pending.get(job_id),
+                                                  ctx.runs.get(job_id), held))
+        ctx.touched = set()
+        return self.builder.build(now, self._quotas)
+
+    def _apply(self, plan: Plan) -> None:
+        """The plan as one statement: stops, resizes, rejections, starts and the changed wait reasons."""
+        ctx = self.ctx
+        events: list[ev.Event] = []
+        for p in plan.preempts:
+            why = f"preempted by {p.for_job}" if p.for_job else p.reason
+            events.append(ev.Stop(p.job_id, StopIntent(StopKind.PREEMPT, why)))
+        events += [*plan.resizes, *plan.rejects]
+        now = ctx.clock()
+        events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]
+        rows = ctx.table.rows
+        changed = [{"jid": w.job_id, "reason": str(w.reason)} for w in plan.waits
+                   if (row := rows.get(w.job_id)) is not None and row.wait_reason != w.reason]
+        if not self._degraded:
+            ctx.report.events += len(events)
+
+        def fill(b: Batch) -> None:
+            route_all(b, ctx, events)
+            if changed:
+                # The loop's own figures, not stamped with change numbers (nobody else acts on them): the table
+                # takes them once they are committed instead of reading them back.
+                jobs = Job.metadata.tables[Job.__tablename__]
+                b.s.connection().execute(
+                    update(jobs).where(jobs.c.id == bindparam("jid"), jobs.c.status == JobStatus.QUEUED.value)
+                    .values(wait_reason=bindparam("reason")), changed)
+                b.after(lambda: ctx.table.note_wait_reasons({c["jid"]: c["reason"] for c in changed}))
+
+        if self._degraded:  # one transaction each (see _route), the wait reasons last
+            self._route(events)
+            events = []
+        if events or changed:
+            commit(ctx.store, now, fill)
+
+    def _next_due(self, plan: Plan, snap: Snapshot, now: float) -> float:
+        """When time alone may change the answer: the policy's round, a placer's relaxation, a backoff."""
         due = math.inf
         if plan.waits and self.policy.round_s:
             due = now + self.policy.round_s
         views = None
         for w in plan.waits:
             if w.reason is WaitReason.LOCALITY_WAIT:
-                views = views or {v.job_id: v for v in built.snapshot.queued}
-                at = self.placer.next_change_s(views[w.job_id], built.snapshot)
+                views = views or {v.job_id: v for v in snap.queued}
+                at = self.placer.next_change_s(views[w.job_id], snap)
                 if at is not None and at > now:
                     due = min(due, at)
+        for until, _ in self.ctx.backoff.values():
+            due = min(due, until)
         return due
 
-    def _remember_queue(self, plan: Plan, built: Built) -> None:
-        starting = [(j, built.tenant_of.get(j, ""), "starting") for j in self.ctx.pending
-                    if not self.ctx.pending[j].relaunch]
-        waiting = [(w.job_id, built.tenant_of.get(w.job_id, ""), w.reason.value) for w in plan.waits]
-        self._queue = tuple((j, t, i + 1, r) for i, (j, t, r) in enumerate(starting + waiting))
-        ids = frozenset(j for j, _, _ in waiting)
-        if ids != self._queued_ids and self.estimator is not None:
-            self.estimator.mark_stale()
-        self._queued_ids = ids
+    def _remember_queue(self, plan: Plan, snap: Snapshot) -> None:
+        ctx = self.ctx
+        starting = tuple((j, self._tenant_of(j), STARTING) for j, p in ctx.pending.items() if not p.relaunch)
+        backing = tuple((j, self._tenant_of(j), LAUNCH_FAILED) for j in ctx.backoff if j in ctx.table.rows)
+        self._queue = QueueView(ctx.clock(), starting, plan.waits, backing, snap)
+        if self.estimator is not None:
+            ids = frozenset(w.job_id for w in plan.waits)
+            if ids != self._queued_ids:
+                self.estimator.mark_stale()
+            self._queued_ids = ids
 
-    def _estimate(self, rows: list[JobRow], built: Built | None) -> None:
+    def _tenant_of(self, job_id: str) -> str:
+        row = self.ctx.table.rows.get(job_id)
+        return self._names.get(row.tenant_id, "") if row is not None else ""
+
+    def _estimate(self) -> None:
         estimator = self.estimator
         if estimator is None or not estimator.wants(self.ctx.clock()):
             return
-        if built is None:
-            built = self._build(rows, self.ctx.clock())
-        if built.snapshot.queued:
-            estimator.offer(built.snapshot, self.policy, self.placer)
+        snap = self._snapshot(self.ctx.clock())
+        if snap.queued:
+            estimator.offer(snap, self.policy, self.placer)
         else:
             estimator.clear()
+
+    # -- metrics ----------------------------------------------------------------------------------------
+    def _gauges(self) -> Gauges:
+        ctx = self.ctx
+        with ctx.store.session() as s:
+            counts = s.execute(select(Tenant.name, Job.status, func.count()).join(Tenant, Job.tenant_id == Tenant.id)
+                               .group_by(Tenant.name, Job.status)).all()
+        with self._lock:
+            booked_by_job = ctx.bookings.held_by()
+            per_node = {name: len(owned) for name, owned in ctx.bookings.owners.items()}
+            tenant_gpus: dict[str, int] = {}
+            for job_id, gpus in booked_by_job.items():
+                row = ctx.table.rows.get(job_id)
+                tenant = self._names.get(row.tenant_id, "") if row is not None else ""
+                tenant_gpus[tenant] = tenant_gpus.get(tenant, 0) + gpus
+            queued = sum(1 for r in ctx.table.rows.values() if r.state is JobStatus.QUEUED)
+            in_flight = len(ctx.runs)
+        _, age = self.health()
+        return Gauges(
+            jobs={(str(status), str(tenant)): int(n) for tenant, status, n in counts},
+            queue_length=queued, in_flight=in_flight,
+            gpus_booked={n.name: per_node.get(n.name, 0) for n in ctx.cluster.nodes},
+            gpus_free={n.name: n.gpus - per_node.get(n.name, 0) for n in ctx.cluster.nodes},
+            tenant_gpus=tenant_gpus, last_round_age_s=age)
+

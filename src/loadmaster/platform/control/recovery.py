@@ -1,138 +1,157 @@
-"""recover(): rebuild the loop's memory from the store at start, before anything is decided.
+"""recover(): rebuild the loop's memory from the store at start, before anything is decided; and adopt(),
+which recovery and reconciliation share.
 
-For every job that was in flight when the previous server stopped (or was killed):
-- PROCESSING with a running attempt and an executor handle: the executor re-attaches to its learners
-  (those that exited meanwhile are known by their exit files), and the attempt is watched as before; a
-  stop that was under way (the attempt row says so) is asked for again. If the executor cannot account
-  for them (a reboot, a handle of another executor), the attempt ends as an infrastructure failure and
-  the job is requeued: it resumes from its checkpoint.
-- PROCESSING without a running attempt (a resize's relaunch cut short): requeued.
-- DOWNLOADING: the copy is redone from scratch. STORING: the results copy is redone.
-- QUEUED with an allocation: its launch was cut short before PROCESSING; the attempt ends as an
-  infrastructure failure and the job stays queued.
+For every attempt the store says is open (outcome launching, running or stopping), the executor looks for
+its learners: through the handle stored when the launch was confirmed, or, for a launch a crash cut short
+before that, through the attempt's identity (its files, its actors' names), fencing ranks that never
+started so that they never will. Learners found are watched again (a stop that was under way is asked for
+again); an attempt whose learners cannot be accounted for ends as Lost (requeued, not counted against the
+job, resumed from its checkpoint), and one whose launch never began as NotLaunched. So a command never
+runs twice for one attempt, and a job is never started twice beside itself.
+
+DOWNLOADING attempts are restaged (the copy redone), STORING copies redone, and a PROCESSING job without
+an open attempt (a resize's relaunch cut short) is requeued. Then reconciliation (reconcile.py) checks the
+three truths once before the first round.
 """
 
 from __future__ import annotations
 
+import logging
 import time
+from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import and_, or_, select
+from sqlalchemy import select
 
-from loadmaster.core.job import Allocation, FailureCategory, JobStatus
-from loadmaster.platform.control.allocation import learners_of, to_allocation
+from loadmaster.core.job import Allocation, JobStatus
+from loadmaster.platform.control import events as ev
+from loadmaster.platform.control.allocation import learners_of, to_allocation, to_document
+from loadmaster.platform.control.batch import commit
 from loadmaster.platform.control.context import Context
-from loadmaster.platform.control.finish import Ending, end_run, lost
-from loadmaster.platform.control.launch import attempt_spec, prior_runtime
+from loadmaster.platform.control.outcomes import Lost, NotLaunched, Stopped
 from loadmaster.platform.control.reports import RecoveryReport
-from loadmaster.platform.control.rows import lock_job
+from loadmaster.platform.control.router import route_all
+from loadmaster.platform.control.starting import attempt_spec, prior_runtime
 from loadmaster.platform.control.state import Phase, RunState, StopIntent
-from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Attempt, Job
 
 S = JobStatus
-OPEN = ("running", "stopping")
+OPEN = ("launching", "running", "stopping")
+log = logging.getLogger("loadmaster.control")
+
+
+@dataclass(frozen=True, slots=True)
+class OpenAttempt:
+    """An attempt the store says is open, with what adopting it needs."""
+
+    job_id: str
+    number: int
+    status: JobStatus
+    outcome: str
+    retry_decision: str | None
+    started_at: float
+    allocation: dict[str, Any]
+    handle: dict[str, Any] | None
+    work_done_s: float
+    attained_gpu_s: float
+    run_started_at: float | None
+    last_report_at: float | None
+    prior_runtime_s: float
+    current: bool  # the job's latest attempt
+
+
+def open_attempts(ctx: Context, job_ids: list[str] | None = None) -> list[OpenAttempt]:
+    """Open attempts (of these jobs), read with their jobs in one transaction."""
+    with ctx.store.session() as s:
+        q = select(Attempt, Job).join(Job, Job.id == Attempt.job_id).where(Attempt.ended_at.is_(None))
+        if job_ids is not None:
+            q = q.where(Attempt.job_id.in_(job_ids))
+        found = []
+        for attempt, job in s.execute(q).all():
+            found.append(OpenAttempt(
+                job.id, attempt.number, S(job.status), attempt.outcome, attempt.retry_decision, attempt.started_at,
+                dict(job.allocation or attempt.allocation or {}), job.executor_handle, job.work_done_s,
+                job.attained_gpu_s, job.run_started_at, job.last_report_at, prior_runtime(s, job.id),
+                attempt.number == job.attempts))
+    return found
+
+
+def adopt(ctx: Context, found: OpenAttempt) -> tuple[RunState | None, ev.Event | None]:
+    """Watch an open attempt again, or say how it ended: (the run to keep, the event to route)."""
+    manifest = ctx.manifest(found.job_id)
+    learners = learners_of(found.allocation)
+    alloc = to_allocation(found.job_id, found.allocation, ctx.node_index)
+    port = int(found.allocation.get("master_port", 0))
+    spec = attempt_spec(ctx, found.job_id, found.number, manifest, learners, port)
+    stop = StopIntent.decode(found.retry_decision) if found.outcome == "stopping" else None
+    # An allocation on nodes this server's cluster lacks (--nodes changed) cannot be re-attached.
+    held = alloc or Allocation(found.job_id, (), 0, 0.0, 0.0)
+    downloading = found.status is S.DOWNLOADING
+    run = RunState(found.job_id, found.number, spec, held, Phase.DOWNLOADING if downloading else Phase.RUNNING,
+                   found.started_at, prior_runtime_s=found.prior_runtime_s, stop=stop,
+                   as_of=max(found.run_started_at or found.started_at, found.last_report_at or 0.0),
+                   work_done_s=found.work_done_s, attained_gpu_s=found.attained_gpu_s)
+    if not found.current or found.status not in (S.DOWNLOADING, S.PROCESSING, S.QUEUED):
+        return None, ev.End(found.job_id, found.number, Lost(f"attempt left open while the job was "
+                                                               f"{found.status.value}"), run)
+    if downloading:
+        if manifest.data and alloc is not None:
+            return run, None  # the copy is redone (the caller starts it)
+        return None, ev.End(found.job_id, found.number, Lost("DOWNLOADING without a data source after a restart"), run)
+    if alloc is not None and ctx.executor.reattach(spec, found.handle):
+        run.running_since = found.run_started_at or found.started_at
+        return run, ev.Adopted(run, found.status, found.handle is None)
+    if stop is not None:
+        # What was asked for (halt, cancel, preemption) is done: nothing runs.
+        return None, ev.End(found.job_id, found.number, Stopped(stop), run)
+    if found.outcome == "launching" and found.handle is None:
+        return None, ev.End(found.job_id, found.number,
+                            NotLaunched("its launch was cut short by a server restart; nothing of it ran"), run)
+    return None, ev.End(found.job_id, found.number,
+                        Lost("its learners could not be accounted for after a server restart"), run)
 
 
 def recover(ctx: Context) -> RecoveryReport:
     started = time.perf_counter()
     report = RecoveryReport()
+    events: list[ev.Event] = []
+    kept: list[RunState] = []
+    found = open_attempts(ctx)
+    ctx.load_manifests(sorted({f.job_id for f in found}))
+    for attempt in found:
+        run, event = adopt(ctx, attempt)
+        if run is not None:
+            kept.append(run)
+            (report.restaged if run.phase is Phase.DOWNLOADING else report.reattached).append(attempt.job_id)
+        if event is not None:
+            events.append(event)
+            if isinstance(event, ev.End):
+                if isinstance(event.outcome, NotLaunched) or attempt.status is S.QUEUED:
+                    report.interrupted_launches.append(attempt.job_id)
+                elif not isinstance(event.outcome, Stopped):
+                    report.requeued.append(attempt.job_id)
+    open_jobs = {f.job_id for f in found}
     with ctx.store.session() as s:
-        # QUEUED jobs count when their latest attempt is still open: a launch a crash cut short.
-        open_attempt = select(Attempt.id).where(Attempt.job_id == Job.id, Attempt.number == Job.attempts,
-                                                Attempt.outcome.in_(OPEN)).exists()
-        jobs = s.execute(select(Job).where(or_(
-            Job.status.in_([S.DOWNLOADING.value, S.PROCESSING.value, S.STORING.value]),
-            and_(Job.status == S.QUEUED.value, open_attempt)))).scalars().all()
-        found = [(j.id, JobStatus(j.status), j.attempts) for j in jobs]
-        numbers = {j.id: j.attempts for j in jobs}
-        latest = {a.job_id: a for a in s.execute(select(Attempt).where(Attempt.job_id.in_(list(numbers))))
-                  .scalars() if a.number == numbers[a.job_id]} if numbers else {}
-    ctx.load_manifests([job_id for job_id, _, _ in found])
-    for job_id, status, number in found:
-        attempt = latest.get(job_id)
-        if status is S.STORING:
-            url = ctx.manifest(job_id).results
-            if url:
-                ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url)
-                report.restored.append(job_id)
-        elif status is S.QUEUED:
-            _interrupted_launch(ctx, job_id)
-            report.interrupted_launches.append(job_id)
-        elif attempt is None or attempt.outcome not in OPEN:
-            _requeue(ctx, job_id, "requeued at restart: no attempt of it was running")
+        storing = s.execute(select(Job.id, Job.attempts).where(Job.status == S.STORING.value)).all()
+        stranded = s.scalars(select(Job.id).where(Job.status.in_([S.DOWNLOADING.value, S.PROCESSING.value]))).all()
+    for job_id in stranded:
+        if job_id not in open_jobs:
+            events.append(ev.Unbook(job_id, "requeued at restart: no attempt of it was running"))
             report.requeued.append(job_id)
-        elif _adopt(ctx, job_id, attempt, status):
-            (report.restaged if status is S.DOWNLOADING else report.reattached).append(job_id)
-        else:
-            report.requeued.append(job_id)
+    if events:  # the store first: a store error here leaves the memory empty, and recover() is tried again
+        commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
+    for job_id, number in storing:
+        url = ctx.manifest(job_id).results
+        if url:
+            ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url)
+            report.restored.append(job_id)
+    for run in kept:
+        ctx.runs[run.job_id] = run
+        ctx.bookings.book(run.job_id, to_document(list(run.spec.learners), run.spec.master_port))
+        if run.phase is Phase.DOWNLOADING:
+            ctx.stager.download(run.job_id, run.attempt, str(ctx.manifest(run.job_id).data), ctx.dirs.data(run.job_id))
+        elif run.stop is not None:
+            ctx.executor.stop(run.job_id, run.attempt, ctx.grace_s)  # the executor's deadline died with the server
     ctx.dirty = True
     report.duration_s = time.perf_counter() - started
     return report
-
-
-def _adopt(ctx: Context, job_id: str, attempt: Attempt, status: JobStatus) -> bool:
-    """Watch an attempt of the previous server again. False if it was lost (and the job requeued)."""
-    with ctx.store.session() as s:
-        job = s.get(Job, job_id)
-        if job is None or job.allocation is None:
-            return False
-        doc, handle = job.allocation, job.executor_handle
-        work, attained = job.work_done_s, job.attained_gpu_s
-        run_started, last_report = job.run_started_at, job.last_report_at
-        prior = prior_runtime(s, job_id)
-    manifest = ctx.manifest(job_id)
-    learners = learners_of(doc)
-    alloc = to_allocation(job_id, doc, ctx.node_index)
-    spec = attempt_spec(ctx, job_id, attempt.number, manifest, learners, int(doc.get("master_port", 0)))
-    phase = Phase.DOWNLOADING if status is S.DOWNLOADING else Phase.RUNNING
-    as_of = max(run_started or attempt.started_at, last_report or 0.0)
-    stop = StopIntent.decode(attempt.retry_decision) if attempt.outcome == "stopping" else None
-    # An allocation on nodes this server's cluster lacks (--nodes changed) cannot be re-attached.
-    held = alloc or Allocation(job_id, (), 0, 0.0, 0.0)
-    run = RunState(job_id, attempt.number, spec, held, phase, attempt.started_at, prior_runtime_s=prior, stop=stop,
-                   as_of=as_of, work_done_s=work, attained_gpu_s=attained)
-    ctx.runs[job_id] = run
-    if phase is Phase.DOWNLOADING:
-        if manifest.data:
-            ctx.stager.download(job_id, attempt.number, manifest.data, ctx.dirs.data(job_id))
-            return True
-        lost(ctx, run, "DOWNLOADING without a data source after a restart")
-        return False
-    if alloc is not None and handle and ctx.executor.reattach(spec, handle):
-        run.running_since = run_started
-        if stop is not None:
-            ctx.executor.stop(job_id, attempt.number, ctx.grace_s)  # the executor's deadline died with the server
-        return True
-    if stop is not None:
-        end_run(ctx, run, Ending())  # what was asked for (halt, cancel, preemption) is done: nothing runs
-    else:
-        lost(ctx, run, "its learners could not be accounted for after a server restart")
-    return False
-
-
-def _interrupted_launch(ctx: Context, job_id: str) -> None:
-    now = ctx.clock()
-    with ctx.store.session() as s:
-        job = lock_job(s, job_id)
-        if job is None or job.status != S.QUEUED.value:
-            return
-        attempt = s.execute(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == job.attempts)
-                            ).scalar_one_or_none()
-        if attempt is not None and attempt.outcome in OPEN:
-            attempt.ended_at = now
-            attempt.outcome = "failed"
-            attempt.failure_category = FailureCategory.INFRASTRUCTURE.value
-            attempt.retry_decision = "requeued: its launch was cut short by a server restart"
-        job.allocation = None
-        job.executor_handle = None
-
-
-def _requeue(ctx: Context, job_id: str, reason: str) -> None:
-    now = ctx.clock()
-    with ctx.store.session() as s:
-        job = lock_job(s, job_id)
-        if job is None or job.status not in (S.DOWNLOADING.value, S.PROCESSING.value):
-            return
-        transition(s, job, S.QUEUED, now, reason)
-        job.allocation = None
-        job.executor_handle = None

@@ -22,6 +22,12 @@ class TickReport:
     duration_s: float = 0.0
     decided: bool = False  # decide() ran (something changed, or the policy/placer asked for a new round)
     decide_s: float = 0.0  # snapshot building + decide() + applying the plan
+    decide_only_s: float = 0.0  # decide() alone (the scheduling core's share of the round)
+    why: list[str] = field(default_factory=list)  # what made the round decide
+    read: int = 0  # job rows read from the store (the changed ones)
+    events: int = 0  # hand-offs routed
+    repairs: int = 0  # reconciliation's repairs
+    store_error: str | None = None  # the round stopped at a store error; it is tried again
     queued: int = 0
     running: int = 0
     started: list[str] = field(default_factory=list)  # gangs launched (or staging begun) this round
@@ -35,6 +41,28 @@ class TickReport:
     halted: list[str] = field(default_factory=list)
     cancelled: list[str] = field(default_factory=list)
     stored: list[str] = field(default_factory=list)  # results copy begun
+
+    @property
+    def busy(self) -> bool:
+        return bool(self.decided or self.events or self.repairs or self.store_error)
+
+    def log_line(self) -> str:
+        """The round in one line of key=value pairs: what changed and why."""
+        parts = [f"took_ms={self.duration_s * 1000:.1f}", f"queued={self.queued}", f"running={self.running}",
+                 f"read={self.read}", f"events={self.events}"]
+        if self.decided:
+            parts += [f"decided={'+'.join(self.why) or 'yes'}", f"decide_ms={self.decide_s * 1000:.1f}",
+                      f"core_ms={self.decide_only_s * 1000:.1f}"]
+        for name in ("started", "preempted", "resized", "rejected", "completed", "failed", "retried", "requeued",
+                     "halted", "cancelled", "stored"):
+            jobs = getattr(self, name)
+            if jobs:
+                parts.append(f"{name}={','.join(jobs[:5])}{'...' if len(jobs) > 5 else ''}")
+        if self.repairs:
+            parts.append(f"repairs={self.repairs}")
+        if self.store_error:
+            parts.append(f"store_error={self.store_error!r}")
+        return " ".join(parts)
 
 
 @dataclass

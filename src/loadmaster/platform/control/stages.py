@@ -1,9 +1,9 @@
 """DOWNLOADING and STORING run beside the loop: copies can take minutes, a round must take milliseconds.
 
 A small thread pool does the copies (platform/staging.py); the loop collects what finished at its next
-round (the pool wakes it). A copy whose job moved on meanwhile (cancelled, halted) is still collected,
-and the loop ignores it; the copy itself is never interrupted halfway (a half-staged data directory is
-replaced by the next try).
+round (the pool wakes it), and a result stays here until the loop has committed what it means. A copy
+whose job moved on meanwhile (cancelled, halted) is still collected, and the loop ignores it; the copy
+itself is never interrupted halfway (a half-staged data directory is replaced by the next try).
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ class Stager:
         self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="loadmaster-stage")
         self._lock = threading.Lock()
         self._running: dict[tuple[StageKind, str], tuple[int, str, Future[Staged]]] = {}
+        self._done: dict[tuple[StageKind, str], StageDone] = {}
         self.closed = False
 
     def download(self, job_id: str, attempt: int, url: str, dest: Path) -> None:
@@ -57,9 +58,9 @@ class Stager:
             self._running[(kind, job_id)] = (attempt, url, future)
         future.add_done_callback(lambda _: self._wake())
 
-    def collect(self) -> list[StageDone]:
-        """Copies that finished since the last call."""
-        done: list[StageDone] = []
+    def results(self) -> list[StageDone]:
+        """Copies that finished and were not forgotten yet (a round whose transaction fails finds them
+        again at the next)."""
         with self._lock:
             for key, (attempt, url, future) in list(self._running.items()):
                 if not future.done():
@@ -68,13 +69,19 @@ class Stager:
                 kind, job_id = key
                 err = future.exception()
                 if err is None:
-                    done.append(StageDone(kind, job_id, attempt, url, future.result(), None))
+                    done = StageDone(kind, job_id, attempt, url, future.result(), None)
                 elif isinstance(err, StagingError):
-                    done.append(StageDone(kind, job_id, attempt, url, None, err))
+                    done = StageDone(kind, job_id, attempt, url, None, err)
                 else:  # a bug or an unexpected library error: reported as a failed copy, never lost
-                    done.append(StageDone(kind, job_id, attempt, url, None,
-                                          StagingError(f"{url}: {err.__class__.__name__}: {err}")))
-        return done
+                    done = StageDone(kind, job_id, attempt, url, None,
+                                     StagingError(f"{url}: {err.__class__.__name__}: {err}"))
+                self._done[key] = done
+            return list(self._done.values())
+
+    def forget(self, done: StageDone) -> None:
+        with self._lock:
+            if self._done.get((done.kind, done.job_id)) is done:
+                del self._done[(done.kind, done.job_id)]
 
     def close(self) -> None:
         """Stop taking copies; those under way finish in their threads (recover() redoes what is cut short)."""

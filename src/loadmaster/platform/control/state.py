@@ -1,13 +1,20 @@
 """The control loop's memory of attempts in flight. Everything here can be rebuilt from the store
-(recover()): the attempt rows say which attempt runs and whether a stop was asked for and why."""
+(recover()): the attempt rows say which attempt runs and whether a stop was asked for and why.
+
+The memory changes only after the store transaction that justifies it has committed (control/batch.py):
+a store error leaves it as it was, and the round that failed is tried again."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import Any
 
 from loadmaster.core.job import Allocation
-from loadmaster.platform.executors.base import AttemptEnded, AttemptSpec
+from loadmaster.platform.executors.base import AttemptSpec
+
+CANCELLED_BY_USER = "cancelled by the user"
+HALTED_BY_USER = "halted by the user"
 
 
 class StopKind(StrEnum):
@@ -53,6 +60,11 @@ class Phase(StrEnum):
     DOWNLOADING = "downloading"  # data being staged; no learner runs yet
     LAUNCHING = "launching"  # the executor is starting the gang
     RUNNING = "running"  # learners launched
+
+    @property
+    def stored(self) -> str:
+        """The attempt's outcome column while it is in this phase (before any stop is asked for)."""
+        return "running" if self is Phase.RUNNING else "launching"
 
 
 @dataclass
@@ -110,8 +122,10 @@ class RunState:
     attained_gpu_s: float = 0.0
     running_since: float | None = None  # when the learners were launched (None while downloading)
     expected_s: float | None = None  # expected duration last learned from progress
-    # An end the executor reported before the loop had collected the launch (a learner that died at once).
-    early_end: AttemptEnded | None = None
+
+    @property
+    def key(self) -> tuple[str, int]:
+        return (self.job_id, self.attempt)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,3 +136,4 @@ class PendingStart:
     allocation: Allocation
     since: float
     relaunch: bool = False  # a resize of a PROCESSING job (no status change), not a QUEUED job's start
+    previous: dict[str, Any] | None = None  # a relaunch's former allocation: learners that stay keep their GPUs

@@ -3,7 +3,14 @@
 The control loop decides; an executor only carries out: launch a whole gang, stop it, and report what
 ended. One attempt of a job is one gang launch. Executors keep no state that the store cannot rebuild:
 `launch()` returns a handle (JSON-serialisable) that the control loop persists, and after a server crash
-`reattach()` adopts the learners that survived from that handle.
+`reattach()` adopts the learners that survived, from that handle or, when the crash came before the handle
+was stored, from the attempt's identity alone (its directories, its actors' names).
+
+Every hand-off is acknowledged, so that a crash or a store error at any moment loses nothing:
+- an attempt's end is reported by every poll() until the control loop has committed it and calls
+  release(); the end of an attempt is never reported once and then forgotten;
+- reattach() without a handle settles a launch that a crash cut short for good: learners that started are
+  adopted, and ranks that never started are fenced so that they never will (no attempt runs twice).
 
 Gang semantics, which every executor guarantees:
 - launch() starts every learner or none (if one cannot start, the ones started are killed and it raises
@@ -25,7 +32,7 @@ For executors whose learners run on other machines, poll() copies these to the s
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -90,7 +97,24 @@ class PollResult:
 
 
 class LaunchError(RuntimeError):
-    """The gang could not be started; nothing of it is left running."""
+    """The gang could not be started; nothing of it is left running.
+
+    user_error: the job's own input cannot run (its command is not found or not executable, its workdir does
+    not exist): a failed attempt, classified like any. Otherwise the launch could not be made (the machine,
+    the executor, a node that is gone): not the job's failure, and it stays queued."""
+
+    def __init__(self, message: str, *, user_error: bool = False) -> None:
+        super().__init__(message)
+        self.user_error = user_error
+
+
+@dataclass(frozen=True, slots=True)
+class LiveAttempt:
+    """Learners an executor found running on its machines, whoever started them (survey())."""
+
+    job_id: str
+    attempt: int
+    processes: tuple[tuple[int, str], ...] = ()  # (pid, start token) of each learner's process group leader
 
 
 class Executor(Protocol):
@@ -103,14 +127,33 @@ class Executor(Protocol):
         """Ask the attempt's learners to stop (preempt file, SIGTERM), SIGKILL after grace_s. Non-blocking."""
 
     def poll(self) -> PollResult:
-        """What ended and what was reported since the last call. Also enforces pending SIGKILL deadlines."""
+        """What ended (every attempt ended and not yet released, again at each call) and what was reported
+        since the last call. Also enforces pending SIGKILL deadlines."""
 
-    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any]) -> bool:
+    def release(self, job_id: str, attempt: int) -> None:
+        """The control loop has committed the attempt's end: forget it (a no-op for an unknown attempt)."""
+
+    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any] | None) -> bool:
         """After a server restart: adopt the attempt. Learners still alive are watched again; those that
         exited meanwhile are known by their exit files; poll() then reports the attempt's end as usual.
-        False if the attempt cannot be accounted for (no live learner and some exit file missing, e.g. the
-        machine rebooted, or a handle of another executor): the control loop treats that as an
-        infrastructure failure and relaunches from the checkpoint."""
+        Without a handle (the crash came during the launch) the learners are found by the attempt's
+        identity, and ranks that never started are fenced: they will not start later. False if the attempt
+        cannot be accounted for (nothing of it runs or ran, or a handle of another executor): the control
+        loop treats that as an infrastructure failure and relaunches from the checkpoint; nothing of this
+        attempt is left running then."""
+
+    def watching(self) -> frozenset[tuple[str, int]]:
+        """The attempts (job id, attempt) this executor watches now, ended or not."""
+
+    def survey(self) -> list[LiveAttempt] | None:
+        """Learners alive on the executor's machines, watched or not (reconciliation looks for those nobody
+        accounts for); None when the executor cannot tell."""
+
+    def terminate(self, found: LiveAttempt) -> None:
+        """Kill learners that survey() found and nobody accounts for."""
+
+    def notify(self, wake: Callable[[], None]) -> None:
+        """Call `wake` (from any thread) when a learner may have exited, so that the loop polls soon."""
 
     def close(self) -> None:
         """The server is stopping: release executor resources. Learners keep running (they are re-attached

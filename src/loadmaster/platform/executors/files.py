@@ -1,9 +1,11 @@
 """Where an attempt's per-learner files live, and how they are written so that a reader never sees half.
 
-The layout is base.py's contract (log_dir/rank-{r}.log, .exit, report_dir/rank-{r}.jsonl) plus two files
-of the executor's own in log_dir: rank-{r}.pid (the shim's record of the processes it runs, JSON) and
-`preempt` (the stop request a learner polls; JSON saying why and when SIGKILL follows). Remote executors
-use the same layout in a scratch directory on the learner's machine.
+The layout is base.py's contract (log_dir/rank-{r}.log, .exit, report_dir/rank-{r}.jsonl) plus files
+of the executor's own in log_dir: rank-{r}.pid (the shim's record of the processes it runs, JSON),
+`preempt` (the stop request a learner polls; JSON saying why and when SIGKILL follows), rank-{r}.lock (held
+by the shim for its whole life) and `fence` (written when a restarted server finds a rank that never
+started: a shim that comes up after it refuses to run, so a launch cut short by a crash never runs late,
+beside its retry). Remote executors use the same layout in a scratch directory on the learner's machine.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 PREEMPT_NAME = "preempt"
+FENCE_NAME = "fence"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,9 +37,16 @@ class AttemptFiles:
     def report(self, rank: int) -> Path:
         return self.report_dir / f"rank-{rank}.jsonl"
 
+    def lock(self, rank: int) -> Path:
+        return self.log_dir / f"rank-{rank}.lock"
+
     @property
     def preempt(self) -> Path:
         return self.log_dir / PREEMPT_NAME
+
+    @property
+    def fence(self) -> Path:
+        return self.log_dir / FENCE_NAME
 
     def make_dirs(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)

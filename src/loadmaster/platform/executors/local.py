@@ -5,22 +5,43 @@ every node runs here. `gpu_map` says which physical GPUs a node's GPU indices ar
 without it a learner's gpu_ids are used as they are.
 
 State lives in the files of base.py's contract and in the handle launch() returns, so a new instance can
-take over from a crashed one: reattach() names each learner by (pid, start token) from the handle, reads
-the exit files of those that ended meanwhile, and the preempt file of a stop that was under way.
+take over from a crashed one: reattach() names each learner by (pid, start token) from the shims' pid
+files, reads the exit files of those that ended meanwhile, and the preempt file of a stop that was under
+way. A launch that a crash cut short is settled by the ranks' lock files: a shim holds its rank's lock for
+its whole life, so a rank whose lock is free and that left no pid file never started, and the fence
+written then keeps its shim from starting later (files.py).
+
+An ended attempt stays here, reported by every poll(), until the control loop has committed its end and
+calls release(). A watcher thread waits on the shims' pidfds and wakes the loop when one exits, so that an
+end is collected at once rather than at the next timed round.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
+import fcntl
+import os
+import select
 import signal
 import socket
 import subprocess
+import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from loadmaster.platform.executors.base import AttemptSpec, LaunchError, LearnerSpec, PollResult, Progress
+from loadmaster.platform.executors.base import (
+    AttemptEnded,
+    AttemptSpec,
+    LaunchError,
+    LearnerSpec,
+    LiveAttempt,
+    PollResult,
+    Progress,
+)
 from loadmaster.platform.executors.envvars import learner_env, placements
 from loadmaster.platform.executors.files import (
     AttemptFiles,
@@ -40,9 +61,9 @@ from loadmaster.platform.executors.gang import (
     grace_for,
 )
 from loadmaster.platform.executors.jsonlines import JsonLines
-from loadmaster.platform.executors.procs import boot_id, is_running, reap_zombie
+from loadmaster.platform.executors.procs import boot_id, is_running, proc_state, reap_zombie, signal_group
 from loadmaster.platform.executors.registry import AttemptRegistry
-from loadmaster.platform.executors.shim import ShimRequest
+from loadmaster.platform.executors.shim import CANNOT_START, ShimRequest
 from loadmaster.platform.executors.spawn import (
     ShimRecord,
     abort,
@@ -51,6 +72,7 @@ from loadmaster.platform.executors.spawn import (
     signal_learners,
     spawn_shim,
 )
+from loadmaster.runtime import env as contract
 
 EXECUTOR_NAME = "local"
 _READ_CHUNK = 1 << 20
@@ -71,10 +93,14 @@ class _Attempt:
     files: AttemptFiles
     learners: dict[int, _Learner]
     gang: Gang
+    ended: AttemptEnded | None = None  # set once every learner exited; reported until released
 
 
 class LocalExecutor:
-    """Runs learners as local processes. Thread-safe: the API may call stop() while the loop polls."""
+    """Runs learners as local processes. Thread-safe: the API may call stop() while the loop polls.
+
+    survey_root: the data directory whose learners survey() may report (learners of another server on the
+    same machine are never touched); None: survey() cannot tell."""
 
     name = EXECUTOR_NAME
 
@@ -85,14 +111,17 @@ class LocalExecutor:
         failure_grace_s: float = 10.0,
         start_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
+        survey_root: Path | None = None,
     ) -> None:
         self.gpu_map = None if gpu_map is None else {node: tuple(ids) for node, ids in gpu_map.items()}
         self.failure_grace_s = failure_grace_s
         self.start_timeout_s = start_timeout_s
+        self.survey_root = None if survey_root is None else str(survey_root.resolve())
         self._clock = clock  # unix time: SIGKILL deadlines are written to the preempt file and outlive us
         self._registry: AttemptRegistry[_Attempt] = AttemptRegistry()
         self._attempts = self._registry.attempts
         self._lock = self._registry.lock
+        self._watcher = _ExitWatcher()
 
     # ------------------------------------------------------------------------------------------- launch
 
@@ -100,7 +129,7 @@ class LocalExecutor:
         check_spec(spec)
         if not Path(spec.workdir).is_dir():
             raise LaunchError(f"job {spec.job_id}: workdir {spec.workdir!r} is not a directory on this machine; "
-                              "create it or point the job's workdir at one")
+                              "create it or point the job's workdir at one", user_error=True)
         places = placements(spec)
         cuda = {learner.rank: self._cuda_devices(spec, learner, places[learner.rank].visible_gpus)
                 for learner in spec.learners}
@@ -113,6 +142,7 @@ class LocalExecutor:
                     env=learner_env(spec, learner, places[learner.rank], master_addr="127.0.0.1",
                                     cuda_visible_devices=cuda[learner.rank],
                                     report_file=str(files.report(learner.rank)), preempt_file=str(files.preempt)),
+                    lock=str(files.lock(learner.rank)), fence=str(files.fence),
                 ) for learner in spec.learners
             }
             offsets = {rank: size_of(files.report(rank)) for rank in requests}
@@ -124,6 +154,8 @@ class LocalExecutor:
             ranks = tuple(sorted(learners))
             self._registry.add(spec.job_id, spec.attempt,
                                _Attempt(spec, files, learners, Gang(spec.job_id, spec.attempt, ranks)))
+            for learner in learners.values():
+                self._watcher.watch(learner.record.shim_pid, learner.record.shim_start)
         return {
             "executor": EXECUTOR_NAME, "job_id": spec.job_id, "attempt": spec.attempt,
             "host": socket.gethostname(), "boot_id": next(iter(records.values()))[1].boot_id,
@@ -151,7 +183,7 @@ class LocalExecutor:
     def stop(self, job_id: str, attempt: int, grace_s: float) -> None:
         with self._lock:
             att = self._attempts.get((job_id, attempt))
-            if att is not None:
+            if att is not None and att.ended is None:
                 self._begin_stop(att, STOP, grace_for(att.spec, grace_s))
 
     def _begin_stop(self, att: _Attempt, reason: str, grace_s: float) -> None:
@@ -168,16 +200,23 @@ class LocalExecutor:
         with self._lock:
             ended = []
             progress: list[Progress] = []
-            for key, att in list(self._attempts.items()):
+            for att in list(self._attempts.values()):
+                if att.ended is not None:  # reported again until the loop has committed it
+                    ended.append(att.ended)
+                    continue
                 self._collect_exits(att)
                 if att.gang.kill_due(self._clock()):
                     _signal_alive(att, signal.SIGKILL)
                     att.gang.killed = True
                 progress.extend(_read_reports(att, final=att.gang.done))
                 if att.gang.done:
-                    ended.append(att.gang.ended())
-                    del self._attempts[key]
+                    att.ended = att.gang.ended()
+                    ended.append(att.ended)
             return PollResult(ended=tuple(ended), progress=tuple(progress))
+
+    def release(self, job_id: str, attempt: int) -> None:
+        with self._lock:
+            self._attempts.pop((job_id, attempt), None)
 
     def _collect_exits(self, att: _Attempt) -> None:
         found: list[tuple[int, int, int]] = []  # (exit file mtime, rank, code): failures in the order they came
@@ -204,32 +243,68 @@ class LocalExecutor:
 
     # ----------------------------------------------------------------------------------------- reattach
 
-    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any]) -> bool:
-        if handle.get("executor") != EXECUTOR_NAME or handle.get("job_id") != spec.job_id \
-                or handle.get("attempt") != spec.attempt:
-            return False
-        records: dict[int, tuple[ShimRecord, int]] = {}
-        for entry in handle.get("learners", ()):
-            record = ShimRecord.from_dict(entry if isinstance(entry, dict) else None)
-            if record is None or not isinstance(entry.get("rank"), int):
+    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any] | None) -> bool:
+        offsets: dict[int, int] = {}
+        given: dict[int, ShimRecord] = {}
+        if handle is not None:
+            if handle.get("executor") != EXECUTOR_NAME or handle.get("job_id") != spec.job_id \
+                    or handle.get("attempt") != spec.attempt:
                 return False
-            records[entry["rank"]] = (record, int(entry.get("report_offset", 0)))
-        if sorted(records) != sorted(learner.rank for learner in spec.learners):
-            return False
+            for entry in handle.get("learners", ()):
+                record = ShimRecord.from_dict(entry if isinstance(entry, dict) else None)
+                if record is None or not isinstance(entry.get("rank"), int):
+                    return False
+                given[entry["rank"]] = record
+                offsets[entry["rank"]] = int(entry.get("report_offset", 0))
+            if sorted(given) != sorted(learner.rank for learner in spec.learners):
+                return False
         with self._lock:
             if (spec.job_id, spec.attempt) in self._attempts:
                 return True
             files = AttemptFiles(Path(spec.log_dir), Path(spec.report_dir))
-            same_boot = handle.get("boot_id") == boot_id()
-            alive = {r for r, (rec, _) in records.items() if same_boot and is_running(rec.shim_pid, rec.shim_start)}
+            ranks = tuple(sorted(learner.rank for learner in spec.learners))
+            records = self._discover(spec, files, ranks) if handle is None else _handle_records(files, given)
+            if records is None:
+                return False
+            same_boot = all(rec.boot_id == boot_id() for rec in records.values())
+            alive = {r for r, rec in records.items() if same_boot and (is_running(rec.shim_pid, rec.shim_start)
+                                                                         or is_running(rec.pid, rec.start))}
             if not alive and any(read_exit_code(files.exit(r)) is None for r in records):
                 return False
-            learners = {r: _Learner(r, rec, None, offset, JsonLines(str(files.report(r))))
-                        for r, (rec, offset) in records.items()}
-            att = _Attempt(spec, files, learners, Gang(spec.job_id, spec.attempt, tuple(sorted(records))))
+            learners = {r: _Learner(r, rec, None, offsets.get(r, 0), JsonLines(str(files.report(r))))
+                        for r, rec in records.items()}
+            att = _Attempt(spec, files, learners, Gang(spec.job_id, spec.attempt, ranks))
             self._replay(att)
             self._attempts[(spec.job_id, spec.attempt)] = att
+            for r in alive:
+                self._watcher.watch(records[r].shim_pid, records[r].shim_start)
             return True
+
+    def _discover(self, spec: AttemptSpec, files: AttemptFiles, ranks: tuple[int, ...]) -> dict[int, ShimRecord] | None:
+        """The learners of an attempt whose launch a crash cut short, from its files alone: each rank's pid
+        file once its shim ran the command. Ranks whose shim is alive but not that far yet are waited for;
+        ranks that never started are fenced. None (and nothing of the attempt left running) unless every
+        rank started."""
+        if not files.log_dir.is_dir():
+            return None  # the launch never began: nothing can start for it (the shims need this directory)
+        unsettled = [r for r in ranks if ShimRecord.from_dict(read_json(files.pid(r))) is None]
+        if unsettled:
+            with _ranks_locked(files, unsettled) as free:
+                if free:
+                    write_atomic(files.fence, "fenced by a server that found ranks never started\n")
+            busy = [r for r in unsettled if r not in free]
+            deadline = time.monotonic() + self.start_timeout_s
+            while busy and time.monotonic() < deadline:  # a shim is starting its command: let it say how
+                busy = [r for r in busy if ShimRecord.from_dict(read_json(files.pid(r))) is None
+                        and _lock_held(files, r)]
+                time.sleep(0.01)
+        records = {r: rec for r in ranks if (rec := ShimRecord.from_dict(read_json(files.pid(r)))) is not None}
+        if len(records) == len(ranks):
+            return records
+        # A partial gang can do nothing useful: nothing of it may stay, its learners' trees included.
+        signal_learners(records.values(), signal.SIGKILL)
+        write_atomic(files.fence, "fenced: the gang never started whole\n")
+        return None
 
     def _replay(self, att: _Attempt) -> None:
         exits = {}
@@ -242,9 +317,91 @@ class LocalExecutor:
         if att.gang.replay(exits, stop):
             self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
 
+    # ------------------------------------------------------------------------------- what runs, really
+
+    def watching(self) -> frozenset[tuple[str, int]]:
+        with self._lock:
+            return frozenset(self._attempts)
+
+    def survey(self) -> list[LiveAttempt] | None:
+        """Learners of this data directory alive on this machine, from /proc: each learner's environment
+        names its job, attempt and checkpoint directory (runtime/env.py)."""
+        if self.survey_root is None or not Path("/proc").is_dir():
+            return None
+        prefix = f"{contract.CHECKPOINT_DIR}={self.survey_root}{os.sep}".encode()
+        found: dict[tuple[str, int], list[tuple[int, str]]] = {}
+        for entry in os.scandir("/proc"):
+            if not entry.name.isdigit():
+                continue
+            pid = int(entry.name)
+            try:
+                with open(f"/proc/{pid}/environ", "rb") as f:
+                    environ = f.read()
+            except OSError:
+                continue
+            if prefix not in environ:
+                continue
+            values = dict(item.split(b"=", 1) for item in environ.split(b"\0") if b"=" in item)
+            try:
+                key = (values[contract.JOB_ID.encode()].decode(), int(values[contract.ATTEMPT.encode()]))
+            except (KeyError, ValueError, UnicodeDecodeError):
+                continue
+            state = proc_state(pid)
+            try:
+                leads = state is not None and not state.exited and os.getpgid(pid) == pid
+            except OSError:  # exited meanwhile
+                continue
+            group = found.setdefault(key, [])
+            if leads and state is not None:  # the learner's command; its children share its group
+                group.append((pid, state.start))
+        return [LiveAttempt(job, attempt, tuple(leaders)) for (job, attempt), leaders in found.items() if leaders]
+
+    def terminate(self, found: LiveAttempt) -> None:
+        for pid, start in found.processes:
+            signal_group(pid, start, signal.SIGKILL)
+
+    def notify(self, wake: Callable[[], None]) -> None:
+        self._watcher.start(wake)
+
     def close(self) -> None:
         with self._lock:
             self._attempts.clear()
+        self._watcher.stop()
+
+
+def _handle_records(files: AttemptFiles, given: Mapping[int, ShimRecord]) -> dict[int, ShimRecord] | None:
+    """The handle's learners, if the pid files agree (a handle naming other processes is not this attempt's)."""
+    for rank, record in given.items():
+        written = ShimRecord.from_dict(read_json(files.pid(rank)))
+        if written is not None and written != record:
+            return None
+    return dict(given)
+
+
+@contextlib.contextmanager
+def _ranks_locked(files: AttemptFiles, ranks: list[int]) -> Iterator[list[int]]:
+    """Lock the ranks whose shim does not hold its lock; yields those (a live shim holds its own)."""
+    held: list[tuple[int, int]] = []
+    try:
+        for rank in ranks:
+            fd = os.open(files.lock(rank), os.O_CREAT | os.O_RDWR, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError as err:
+                os.close(fd)
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    raise
+                continue
+            held.append((rank, fd))
+        yield [rank for rank, _ in held]
+    finally:
+        for _, fd in held:
+            os.close(fd)  # closing releases the lock
+
+
+def _lock_held(files: AttemptFiles, rank: int) -> bool:
+    with _ranks_locked(files, [rank]) as free:
+        return not free
 
 
 def _signal_alive(att: _Attempt, signum: int) -> None:
@@ -254,6 +411,9 @@ def _signal_alive(att: _Attempt, signum: int) -> None:
 
 def _prepare_files(spec: AttemptSpec) -> AttemptFiles:
     files = AttemptFiles(Path(spec.log_dir), Path(spec.report_dir))
+    if files.fence.exists():
+        raise LaunchError(f"job {spec.job_id} attempt {spec.attempt} was given up by a server restart (fenced); "
+                          "it is never launched again")
     try:
         files.make_dirs()
         for directory in (spec.checkpoint_dir, spec.results_dir):
@@ -289,7 +449,10 @@ def _start_gang(
     for rank, popen in popens.items():
         abort(popen, requests[rank], records.get(rank))
     rank, reason = next((r, res) for r, res in results.items() if isinstance(res, str))
-    raise LaunchError(f"job {spec.job_id} attempt {spec.attempt}: learner {rank} could not start: {reason}")
+    # The shim says CANNOT_START when the command itself cannot be run (not found, not executable): the
+    # job's input, not the machine.
+    raise LaunchError(f"job {spec.job_id} attempt {spec.attempt}: learner {rank} could not start: {reason}",
+                      user_error=popens[rank].returncode == CANNOT_START)
 
 
 def _read_reports(att: _Attempt, *, final: bool) -> list[Progress]:
@@ -306,3 +469,81 @@ def _read_reports(att: _Attempt, *, final: bool) -> list[Progress]:
             progress.extend(Progress(job_id, attempt, rank, obj) for obj in learner.reports.flush())
     return progress
 
+
+class _ExitWatcher:
+    """One thread waiting on the pidfds of the shims (Linux 5.3+) and calling `wake` when one exits. Where
+    pidfds are not available it does nothing: the loop's timed rounds notice the ends instead. A byte on the
+    control pipe makes the thread poll again (a pidfd registered meanwhile) or stop."""
+
+    def __init__(self) -> None:
+        self._wake: Callable[[], None] | None = None
+        self._poller: Any = None
+        self._fds: dict[int, int] = {}  # pidfd -> pid
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+        self._stopping = False
+        self._control_r, self._control_w = -1, -1
+
+    def start(self, wake: Callable[[], None]) -> None:
+        if not hasattr(os, "pidfd_open") or not hasattr(select, "poll"):
+            return
+        with self._lock:
+            self._wake = wake
+            if self._thread is not None:
+                return
+            self._stopping = False
+            self._poller = select.poll()
+            self._control_r, self._control_w = os.pipe()
+            self._poller.register(self._control_r, select.POLLIN)
+            self._thread = threading.Thread(target=self._run, name="loadmaster-exits", daemon=True)
+            self._thread.start()
+
+    def watch(self, pid: int, start: str) -> None:
+        with self._lock:
+            if self._poller is None:
+                return
+            try:
+                fd = os.pidfd_open(pid)
+            except OSError:
+                return
+            state = proc_state(pid)
+            if state is None or state.start != start:  # not the process we mean (its pid was reused)
+                os.close(fd)
+                return
+            self._fds[fd] = pid
+            self._poller.register(fd, select.POLLIN)
+            os.write(self._control_w, b"w")
+
+    def _run(self) -> None:
+        while True:
+            events = self._poller.poll()
+            woke = False
+            with self._lock:
+                for fd, _ in events:
+                    if fd == self._control_r:
+                        os.read(self._control_r, 4096)
+                        if self._stopping:
+                            return
+                    elif self._fds.pop(fd, None) is not None:
+                        self._poller.unregister(fd)
+                        os.close(fd)
+                        woke = True
+                wake = self._wake
+            if woke and wake is not None:
+                wake()
+
+    def stop(self) -> None:
+        with self._lock:
+            thread, self._thread = self._thread, None
+            if thread is None:
+                return
+            self._stopping = True
+            os.write(self._control_w, b"s")
+        thread.join(timeout=10)
+        with self._lock:
+            for fd in self._fds:
+                os.close(fd)
+            self._fds.clear()
+            os.close(self._control_r)
+            os.close(self._control_w)
+            self._poller = None

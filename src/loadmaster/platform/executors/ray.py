@@ -26,13 +26,13 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from loadmaster.core.cluster import Cluster, Node
-from loadmaster.platform.executors.base import AttemptSpec, LaunchError, PollResult, Progress
+from loadmaster.platform.executors.base import AttemptEnded, AttemptSpec, LaunchError, LiveAttempt, PollResult, Progress
 from loadmaster.platform.executors.envvars import learner_env, placements
 from loadmaster.platform.executors.files import (
     AttemptFiles,
@@ -129,6 +129,7 @@ class _Attempt:
     gang: Gang
     bases: dict[int, tuple[int, int]]  # sizes of the local copies at launch: (log, report)
     backlog: list[Progress] = field(default_factory=list)  # reports to hand out at the next poll
+    ended: AttemptEnded | None = None  # reported by every poll until released
 
 
 def actor_name(job_id: str, attempt: int, rank: int) -> str:
@@ -269,7 +270,7 @@ class RayExecutor:
     def stop(self, job_id: str, attempt: int, grace_s: float) -> None:
         with self._lock:
             att = self._attempts.get((job_id, attempt))
-            if att is not None:
+            if att is not None and att.ended is None:
                 self._begin_stop(att, STOP, grace_for(att.spec, grace_s))
 
     def _begin_stop(self, att: _Attempt, reason: str, grace_s: float) -> None:
@@ -286,20 +287,24 @@ class RayExecutor:
         with self._lock:
             if not self._attempts:
                 return PollResult()
+            done_before = tuple(att.ended for att in self._attempts.values() if att.ended is not None)
             ray = self._ray()
             from ray.exceptions import ActorUnavailableError, RayActorError, RayError
 
             for att in self._attempts.values():
                 for learner in att.learners.values():
-                    if not learner.drained and learner.inflight is None and learner.actor is not None:
+                    if att.ended is None and not learner.drained and learner.inflight is None \
+                            and learner.actor is not None:
                         learner.inflight = learner.actor.state.remote(learner.log_offset, learner.report_offset, _CHUNK)
             pending = [lr.inflight for att in self._attempts.values() for lr in att.learners.values()
                        if lr.inflight is not None]
             ready = ray.wait(pending, num_returns=len(pending), timeout=self.poll_timeout_s)[0] if pending else []
             done = {ref.hex() for ref in ready}
-            ended = []
+            ended = list(done_before)
             progress: list[Progress] = []
             for key, att in list(self._attempts.items()):
+                if att.ended is not None:
+                    continue
                 progress.extend(att.backlog)
                 att.backlog.clear()
                 exits: list[tuple[int, int]] = []
@@ -331,10 +336,14 @@ class RayExecutor:
                     for learner in att.learners.values():
                         progress.extend(Progress(att.spec.job_id, att.spec.attempt, learner.rank, obj)
                                         for obj in learner.reports.flush())
-                    ended.append(att.gang.ended())
-                    del self._attempts[key]
+                    att.ended = att.gang.ended()
+                    ended.append(att.ended)
                     self._release(att)
             return PollResult(ended=tuple(ended), progress=tuple(progress))
+
+    def release(self, job_id: str, attempt: int) -> None:
+        with self._lock:
+            self._attempts.pop((job_id, attempt), None)
 
     def _absorb(self, att: _Attempt, learner: _Learner, state: Mapping[str, Any]) -> list[Progress]:
         """Copy the new bytes here and note the exit once everything is copied."""
@@ -386,7 +395,11 @@ class RayExecutor:
 
     # ----------------------------------------------------------------------------------------- reattach
 
-    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any]) -> bool:
+    def reattach(self, spec: AttemptSpec, handle: Mapping[str, Any] | None) -> bool:
+        if handle is None:  # a launch cut short: the hosts are found by their names, bases are the start
+            handle = {"executor": EXECUTOR_NAME, "job_id": spec.job_id, "attempt": spec.attempt,
+                      "learners": [{"rank": ls.rank, "actor": actor_name(spec.job_id, spec.attempt, ls.rank)}
+                                   for ls in spec.learners]}
         if handle.get("executor") != EXECUTOR_NAME or handle.get("job_id") != spec.job_id \
                 or handle.get("attempt") != spec.attempt:
             return False
@@ -438,6 +451,46 @@ class RayExecutor:
                                for obj in learner.reports.feed(copied))
         if att.gang.replay(exits, stop):
             self._begin_stop(att, GANG_FAILURE, grace_for(att.spec, self.failure_grace_s))
+
+    def watching(self) -> frozenset[tuple[str, int]]:
+        with self._lock:
+            return frozenset(self._attempts)
+
+    def survey(self) -> list[LiveAttempt] | None:
+        """The attempts whose host actors exist in the namespace (named JOB:ATTEMPT:RANK)."""
+        if not self._connected:
+            return None
+        import ray
+
+        found: set[tuple[str, int]] = set()
+        for entry in ray.util.list_named_actors(all_namespaces=True):
+            name = entry.get("name", "") if isinstance(entry, dict) else str(entry)
+            if isinstance(entry, dict) and entry.get("namespace") != NAMESPACE:
+                continue
+            job, _, rest = name.partition(":")
+            number, _, rank = rest.partition(":")
+            if job and number.isdigit() and rank.isdigit():
+                found.add((job, int(number)))
+        return [LiveAttempt(job, number) for job, number in sorted(found)]
+
+    def terminate(self, found: LiveAttempt) -> None:
+        """Kill the hosts (and through them their learners) of an attempt nobody accounts for."""
+        ray = self._ray()
+        rank = 0
+        while True:
+            try:
+                actor = ray.get_actor(actor_name(found.job_id, found.attempt, rank), namespace=NAMESPACE)
+            except ValueError:
+                break
+            try:
+                ray.get(actor.kill.remote(), timeout=10)
+            except Exception as exc:  # a host that is gone already
+                log.debug("terminate: %s", exc)
+            ray.kill(actor)
+            rank += 1
+
+    def notify(self, wake: Callable[[], None]) -> None:
+        """Ray reports ends only through poll(): the loop's timed rounds collect them."""
 
     def close(self) -> None:
         """Forget the attempts and disconnect from Ray if this executor connected; the detached hosts and

@@ -14,13 +14,18 @@ server (or of a Ray actor) and still records how its learner ended. The shim:
   anyone else who signals the shim);
 - when the command exits, kills what is left of its tree (a background process of a shell script or a
   worker of a launcher holding a GPU), then writes the exit file: the code, negative for a signal
-  (subprocess' convention).
-The request: {"argv": [...], "workdir": str, "env": {overlay}, "log": path, "exit": path, "pid": path}.
+  (subprocess' convention);
+- with "lock" and "fence" in the request, holds the lock file (flock) for its whole life and runs nothing
+  if the fence file exists once it holds it: a restarted server that found no trace of this rank fenced
+  the attempt (executors/files.py), and a shim that comes up late must not run it beside its retry.
+The request: {"argv": [...], "workdir": str, "env": {overlay}, "log": path, "exit": path, "pid": path,
+"lock": path or null, "fence": path or null}.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import json
 import os
 import signal
@@ -38,6 +43,7 @@ from loadmaster.platform.executors.procs import boot_id, start_token
 from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, kill_descendants, send
 
 CANNOT_START = 127
+FENCED = 126
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,16 +54,28 @@ class ShimRequest:
     log: str
     exit: str
     pid: str
+    lock: str | None = None
+    fence: str | None = None
 
     def to_json(self) -> str:
         return json.dumps({"argv": list(self.argv), "workdir": self.workdir, "env": self.env,
-                           "log": self.log, "exit": self.exit, "pid": self.pid})
+                           "log": self.log, "exit": self.exit, "pid": self.pid, "lock": self.lock,
+                           "fence": self.fence})
 
     @staticmethod
     def from_json(text: str) -> ShimRequest:
         data: dict[str, Any] = json.loads(text)
         return ShimRequest(tuple(data["argv"]), data["workdir"], dict(data["env"]), data["log"],
-                           data["exit"], data["pid"])
+                           data["exit"], data["pid"], data.get("lock"), data.get("fence"))
+
+
+def _hold_lock(request: ShimRequest) -> bool:
+    """Take the rank's lock for the shim's life; False if the attempt is fenced (nothing may run)."""
+    if request.lock is None:
+        return True
+    fd = os.open(request.lock, os.O_CREAT | os.O_RDWR, 0o600)  # kept open (not inherited) until exit
+    fcntl.flock(fd, fcntl.LOCK_EX)
+    return request.fence is None or not os.path.exists(request.fence)
 
 
 class _Forwarder:
@@ -122,6 +140,10 @@ def run(request: ShimRequest) -> int:
     become_subreaper()
     forwarder = _Forwarder()
     signal.signal(signal.SIGTERM, forwarder)
+    if not _hold_lock(request):
+        print("loadmaster: not started: a restarted server gave this attempt up before it began (fenced)",
+              file=sys.stderr)
+        return FENCED
     with open(request.log, "ab") as log:
         try:
             child = subprocess.Popen(

@@ -2,6 +2,12 @@
 
 SQLite (the default, a file under the user's data directory) and PostgreSQL pass the same tests. Schema
 changes go only through the Alembic migrations in ./migrations, applied at every start.
+
+A store that is busy (SQLite locked past its busy timeout, a PostgreSQL lock_timeout, a connection lost)
+raises errors that transient() recognises: the control loop retries them at its next round, the API answers
+503 with Retry-After. Both timeouts are bounded so that nobody waits on a lock for ever: SQLite's busy
+timeout is 10 s (`?timeout=SECONDS` in the URL changes it), PostgreSQL's lock_timeout 5 s (`?options=-c
+lock_timeout=MS` in the URL changes it).
 """
 
 from __future__ import annotations
@@ -14,10 +20,23 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
+from loadmaster.platform.store.changes import track
+
 MIGRATIONS = Path(__file__).parent / "migrations"
+SQLITE_BUSY_TIMEOUT_S = 10.0
+PG_LOCK_TIMEOUT_MS = 5000
+
+
+def transient(err: BaseException) -> bool:
+    """True for store errors that a later try may not meet: locks held too long, a lost connection, an
+    exhausted pool, a serialisation failure. Not for errors in the statement itself."""
+    if isinstance(err, OperationalError | InterfaceError | PoolTimeout):
+        return True
+    return isinstance(err, DBAPIError) and bool(err.connection_invalidated)
 
 
 class StoreError(RuntimeError):
@@ -38,18 +57,21 @@ def normalise_url(url: str) -> str:
     return url
 
 
-def _sqlite_pragmas(dbapi_conn: Any, _record: Any) -> None:
-    # The driver's own transaction handling starts a transaction only at the first write, so a read-then-
-    # write would read outside it and could act on a stale row. Take control: BEGIN is emitted in _begin().
-    dbapi_conn.isolation_level = None
-    cur = dbapi_conn.cursor()
-    # WAL: readers (the API) do not block the writer (the control loop); NORMAL is durable across a
-    # process crash (kill -9), which is the failure the platform promises to survive.
-    cur.execute("PRAGMA journal_mode=WAL")
-    cur.execute("PRAGMA synchronous=NORMAL")
-    cur.execute("PRAGMA foreign_keys=ON")
-    cur.execute("PRAGMA busy_timeout=10000")
-    cur.close()
+def _sqlite_pragmas(busy_timeout_s: float) -> Any:
+    def on_connect(dbapi_conn: Any, _record: Any) -> None:
+        # The driver's own transaction handling starts a transaction only at the first write, so a read-then-
+        # write would read outside it and could act on a stale row. Take control: BEGIN is emitted in _begin().
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        # WAL: readers (the API) do not block the writer (the control loop); NORMAL is durable across a
+        # process crash (kill -9), which is the failure the platform promises to survive.
+        cur.execute("PRAGMA journal_mode=WAL")
+        cur.execute("PRAGMA synchronous=NORMAL")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+        cur.close()
+
+    return on_connect
 
 
 IMMEDIATE = "loadmaster_begin_immediate"
@@ -70,11 +92,20 @@ def make_engine(url: str) -> Engine:
     if parsed.get_backend_name() == "sqlite":
         if parsed.database and parsed.database != ":memory:":
             Path(parsed.database).expanduser().parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 10})
-        event.listen(engine, "connect", _sqlite_pragmas)
+        try:
+            busy = float(parsed.query.get("timeout", SQLITE_BUSY_TIMEOUT_S))  # type: ignore[arg-type]
+        except ValueError:
+            raise StoreError(f"--db {url!r}: timeout= must be a number of seconds") from None
+        engine = create_engine(parsed.difference_update_query(["timeout"]),
+                               connect_args={"check_same_thread": False, "timeout": busy})
+        event.listen(engine, "connect", _sqlite_pragmas(busy))
         event.listen(engine, "begin", _sqlite_begin)
     elif parsed.get_backend_name() == "postgresql":
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20)
+        # A lock held too long (a stuck transaction, an operator's LOCK TABLE) fails the waiting statement
+        # instead of stalling the loop or an API worker for ever; the URL's own options win.
+        connect_args = {} if "options" in parsed.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
+        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_timeout=10,
+                               connect_args=connect_args)
     else:
         raise StoreError(f"--db {url!r}: only sqlite:// and postgresql:// databases are supported")
     return engine
@@ -100,6 +131,8 @@ def migrate(engine: Engine) -> None:
 class Store:
     engine: Engine
     sessions: sessionmaker[Session]
+    # Sessions that take SQLite's write lock at BEGIN (read-modify-write); the same as `sessions` elsewhere.
+    locking: sessionmaker[Session]
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
@@ -111,7 +144,17 @@ class Store:
             engine.dispose()
             raise StoreError(f"cannot open the store at {engine.url.render_as_string(hide_password=True)}: "
                              f"{err.__class__.__name__}: {err}") from err
-        return cls(engine, sessionmaker(engine, expire_on_commit=False))
+        return cls.of(engine)
+
+    @classmethod
+    def of(cls, engine: Engine) -> Store:
+        """A store over an engine whose schema is migrated."""
+        sessions = sessionmaker(engine, expire_on_commit=False)
+        locking = sessionmaker(engine.execution_options(**{IMMEDIATE: True}), expire_on_commit=False) \
+            if engine.dialect.name == "sqlite" else sessions
+        for factory in {id(sessions): sessions, id(locking): locking}.values():
+            track(factory)
+        return cls(engine, sessions, locking)
 
     @contextmanager
     def session(self, *, for_update: bool = False) -> Iterator[Session]:
@@ -120,11 +163,7 @@ class Store:
         for_update: the block reads rows and then changes them depending on what it read. On SQLite the
         transaction then takes the write lock at its start; on PostgreSQL use select(...).with_for_update()
         for the rows themselves (row locks need no special transaction)."""
-        if for_update and self.engine.dialect.name == "sqlite":
-            with Session(self.engine.execution_options(**{IMMEDIATE: True}), expire_on_commit=False) as s, s.begin():
-                yield s
-            return
-        with self.sessions.begin() as s:
+        with (self.locking if for_update else self.sessions).begin() as s:
             yield s
 
     def tables(self) -> list[str]:

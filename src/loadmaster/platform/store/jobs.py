@@ -1,5 +1,8 @@
 """The writes every status change goes through: one transition table (core/job.py), persisted with its time
-and reason in the same transaction as the change itself."""
+and reason in the same transaction as the change itself.
+
+Only a job whose learners may run (DOWNLOADING, PROCESSING) books GPUs: every other status leaves its
+allocation empty, here, whatever the caller forgot (a queued job holds no GPU, ever)."""
 
 from __future__ import annotations
 
@@ -10,6 +13,8 @@ from sqlalchemy.orm import Session
 from loadmaster.core.job import JobStatus, check_transition
 from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.models import Job, Transition
+
+BOOKING = frozenset({JobStatus.DOWNLOADING, JobStatus.PROCESSING})  # the statuses that hold an allocation
 
 
 def new_job_id() -> str:
@@ -40,11 +45,15 @@ def transition(s: Session, job: Job, new: JobStatus, now: float, reason: str) ->
     job.status_reason = reason
     if new is JobStatus.QUEUED:
         job.queued_since = now
-    if new.terminal or new is JobStatus.HALTED:
+    if new not in BOOKING:
         job.allocation = None
         job.executor_handle = None
         job.run_started_at = None
+    if new is JobStatus.HALTED:
+        job.halt_requested = False
     if new.terminal:
         job.finished_at = now
         job.wait_reason = ""
+        job.halt_requested = False
+        job.cancel_requested = False
     s.add(Transition(job_id=job.id, from_status=old.value, to_status=new.value, at=now, reason=reason))

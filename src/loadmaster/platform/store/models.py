@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any, ClassVar
 
-from sqlalchemy import JSON, Boolean, Float, ForeignKey, Index, Integer, String, Text
+from sqlalchemy import JSON, BigInteger, Boolean, Float, ForeignKey, Index, Integer, String, Text, text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 
@@ -73,12 +73,19 @@ class Job(Base):
     halt_requested: Mapped[bool] = mapped_column(Boolean, default=False)  # user halt pending
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     target_learners: Mapped[int | None] = mapped_column(Integer, nullable=True)  # user scale request
+    # The change number of the last committed write (store/changes.py): the control loop reads only rows
+    # whose number passed its own, so a round costs what changed, not the size of the queue.
+    change_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
 
     __table_args__ = (
         Index("ix_jobs_tenant_status", "tenant_id", "status"),
         Index("ix_jobs_status", "status"),
         Index("ix_jobs_submitted", "submitted_at", "id"),  # the listing's order and keyset pages
         Index("ix_jobs_tenant_submitted", "tenant_id", "submitted_at", "id"),
+        Index("ix_jobs_change_seq", "change_seq"),
+        # Jobs that book GPUs: few, whatever the size of the history (reconciliation reads them all).
+        Index("ix_jobs_booked", "id", sqlite_where=text("allocation IS NOT NULL"),
+              postgresql_where=text("allocation IS NOT NULL")),
     )
 
 
@@ -105,12 +112,26 @@ class Attempt(Base):
     ended_at: Mapped[float | None] = mapped_column(Float, nullable=True)
     allocation: Mapped[dict[str, Any]] = mapped_column(JSON(none_as_null=True))
     exit_codes: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)  # [[rank, code], ...]
-    outcome: Mapped[str] = mapped_column(String(16), default="running")  # running|succeeded|failed|stopped
+    # Open: launching (its intent is stored, the executor has not confirmed the learners), running, stopping.
+    # Ended: succeeded, failed, stopped, lost, not_launched (control/outcomes.py says what each means).
+    outcome: Mapped[str] = mapped_column(String(16), default="running")
     failure_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
     retry_decision: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_dir: Mapped[str] = mapped_column(Text)
 
-    __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),)
+    __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),
+                      Index("ix_attempts_open", "job_id", sqlite_where=text("ended_at IS NULL"),
+                            postgresql_where=text("ended_at IS NULL")))
+
+
+class Counter(Base):
+    """Monotonic counters, bumped inside the transactions they number (store/changes.py): "jobs" numbers
+    every committed change to a job, "tenants" every change to a tenant's limits."""
+
+    __tablename__ = "counters"
+
+    name: Mapped[str] = mapped_column(String(32), primary_key=True)
+    value: Mapped[int] = mapped_column(BigInteger, default=0)
 
 
 class Estimate(Base):

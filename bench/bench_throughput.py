@@ -1,0 +1,134 @@
+"""Throughput of the whole platform: 10,000 tiny jobs (`true`) through a real `loadmaster server` on 8 GPUs
+(`--nodes 2x4`), started and ended per second (Slurm's scale of throughput: target 100 jobs/s), the
+submission rate from 20 clients meanwhile (target 1,000/s, 0 errors), and `loadmaster queue` with the
+queue full (target under 1 s).
+
+    .venv/bin/python bench/bench_throughput.py                     # SQLite, 10,000 jobs
+    .venv/bin/python bench/bench_throughput.py --jobs 2000 --db postgresql://postgres@127.0.0.1:5432/DB
+
+Everything is real: the server process (API, control loop, local executor), every job's learner a process
+under its shim. Submissions are 20 httpx AsyncClients in this process, one keep-alive connection each; the
+control loop starts jobs while they arrive. Jobs ended are counted from /metrics (loadmaster_jobs) once a
+second. Prints a table and writes bench/results/throughput.json (throughput_postgresql.json with --db).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from common import ROOT, print_table, write_results
+from platform_server import ADMIN, Server
+
+MANIFEST = {"name": "tiny", "command": ["true"], "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
+_COMPLETED = re.compile(r'^loadmaster_jobs\{status="(COMPLETED|FAILED)",tenant="[^"]*"\} (\S+)', re.M)
+
+
+async def _client(url: str, token: str, n: int, latencies: list[float], errors: list[str]) -> None:
+    async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
+        for _ in range(n):
+            t = time.perf_counter()
+            r = await c.post("/api/v1/jobs", json=MANIFEST)
+            if r.status_code != 201:
+                errors.append(f"{r.status_code} {r.text[:200]}")
+            latencies.append(time.perf_counter() - t)
+
+
+async def submit(url: str, token: str, clients: int, jobs: int) -> tuple[float, list[float], list[str]]:
+    latencies: list[float] = []
+    errors: list[str] = []
+    started = time.perf_counter()
+    await asyncio.gather(*(_client(url, token, jobs // clients, latencies, errors) for _ in range(clients)))
+    return time.perf_counter() - started, latencies, errors
+
+
+def ended(server: Server) -> int:
+    with server.client(ADMIN) as c:
+        text = c.get("/metrics").text
+    return int(sum(float(v) for _, v in _COMPLETED.findall(text)))
+
+
+def queue_cli(server: Server, token: str, *args: str) -> float:
+    env = {**os.environ, "LOADMASTER_URL": server.url, "LOADMASTER_TOKEN": token}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "loadmaster.cli.main", "queue", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout + done.stderr)
+    return took
+
+
+def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
+    server = Server(tmp / "data", "--nodes", "2x4:8cpu:32gb", "--tick", "0.05", "--grace", "1", db=args.db)
+    try:
+        token = server.tenant("bench", gpus=8, borrow=0)
+        server_cpu = server.cpu_s()
+        load = os.getloadavg()[0]
+        first = time.perf_counter()
+        submit_s, latencies, errors = asyncio.run(submit(server.url, token, args.clients, args.jobs))
+        total = args.clients * (args.jobs // args.clients)
+        with server.client(token) as c:
+            api_started = time.perf_counter()
+            page = c.get("/api/v1/queue", params={"limit": 50}).json()
+            api_s = time.perf_counter() - api_started
+        queued_then = page["total"]
+        cli_s = queue_cli(server, token)
+        cli_all_s = queue_cli(server, token, "--all")
+        samples: list[tuple[float, int]] = []
+        deadline = time.perf_counter() + args.timeout
+        while time.perf_counter() < deadline:
+            done = ended(server)
+            samples.append((time.perf_counter() - first, done))
+            if done >= total:
+                break
+            time.sleep(1.0)
+        all_s = samples[-1][0]
+        done = samples[-1][1]
+        # The steady rate: between a tenth and nine tenths of the jobs ended.
+        lo = next(t for t, n in samples if n >= total * 0.1)
+        hi = next((t for t, n in samples if n >= total * 0.9), all_s)
+        steady = (0.8 * total) / (hi - lo) if hi > lo else 0.0
+        server_cpu = server.cpu_s() - server_cpu
+    finally:
+        code = server.stop()
+    lat_ms = sorted(x * 1000 for x in latencies)
+    row = {"store": (args.db or "sqlite").split(":")[0].split("+")[0], "jobs": total, "clients": args.clients,
+           "submit_per_s": total / submit_s, "submit_p50_ms": statistics.median(lat_ms),
+           "submit_p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))], "submit_errors": len(errors),
+           "ended": done, "ended_per_s_overall": done / all_s, "ended_per_s_steady": steady, "total_s": all_s,
+           "queue_api_s": api_s, "queue_cli_s": cli_s, "queue_cli_all_s": cli_all_s, "queued_at_queue": queued_then,
+           "server_cpu_ms_per_job": 1000 * server_cpu / max(1, done), "load_before": load, "server_exit": code,
+           "error_sample": errors[:3]}
+    print_table([row], ["store", "jobs", "clients", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
+                        "ended_per_s_overall", "ended_per_s_steady", "queue_api_s", "queue_cli_s", "queue_cli_all_s",
+                        "server_cpu_ms_per_job", "load_before"])
+    return row
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--db", help="a disposable database URL (default: SQLite in a temporary directory)")
+    parser.add_argument("--jobs", type=int, default=10_000)
+    parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--timeout", type=float, default=1800.0)
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp:
+        row = run(args, Path(tmp))
+    stem = "throughput" if not args.db else f"throughput_{row['store']}"
+    print(f"wrote {write_results(stem, [row])}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,145 @@
+"""One store transaction for a group of hand-offs, and what to do once it has committed (Volcano's
+statement: tentative changes, then commit or discard as one).
+
+Every hand-off of the control loop (an attempt starts, ends, is asked to stop; a request is carried out)
+is an item of a Batch. An item reads the rows it changes under lock and decides on what it read, writes,
+and registers its effects (the loop's memory, signals to learners, launches) with after(); effects run
+only once the transaction has committed. So:
+- a store error (transient(): locks, a lost connection) fails the whole batch, nothing of it is applied,
+  the memory is untouched, and the sources of its items (the executor's unreleased ends, the launcher's
+  and the stager's results, the flags in the store) offer them again at the next round: a failed write is
+  retried, never dropped;
+- any other error in one item (a bug) rolls back that item alone, drops its effects and is logged; the
+  others commit. Items run without savepoints first (one flush for the whole batch, the cheap common case);
+  a batch in which one item fails is made again from the start with a savepoint per item.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable
+from typing import TypeVar
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from loadmaster.platform.store.changes import number_now
+from loadmaster.platform.store.db import Store, transient
+from loadmaster.platform.store.models import Attempt, Job
+
+log = logging.getLogger("loadmaster.control")
+
+T = TypeVar("T")
+Effect = Callable[[], None]
+
+
+class _Careful(Exception):
+    """An item failed in a batch made without savepoints: make it again, with them."""
+
+
+class Batch:
+    def __init__(self, s: Session, now: float, careful: bool = True) -> None:
+        self.s = s
+        self.now = now
+        self.careful = careful  # a savepoint per item
+        self._effects: list[Effect] = []
+        self._claimed: set[str] = set()
+        self._fetched: set[str] = set()
+        self._rows: list[Job] = []  # the session keeps rows only weakly: prefetched ones are held here
+        self._open: dict[tuple[str, int], Attempt] = {}  # prefetched open attempts
+        self.failed: list[str] = []  # items rolled back by an error that is not the store's
+
+    def after(self, effect: Effect) -> None:
+        """Run `effect` once the transaction has committed (never if it does not)."""
+        self._effects.append(effect)
+
+    def claim(self, job_id: str) -> bool:
+        """At most one hand-off per job and batch moves it: the next round sees where the first left it."""
+        if job_id in self._claimed:
+            return False
+        self._claimed.add(job_id)
+        return True
+
+    def each(self, items: Iterable[T], fn: Callable[[Batch, T], None], what: Callable[[T], str] = str) -> None:
+        """fn(batch, item) for every item, each in a savepoint of its own (when careful)."""
+        if not self.careful:
+            for item in items:
+                try:
+                    fn(self, item)
+                except Exception as err:
+                    if transient(err):
+                        raise
+                    raise _Careful(what(item)) from err
+            return
+        for item in items:
+            mark = len(self._effects)
+            claimed = set(self._claimed)
+            savepoint = self.s.begin_nested()
+            try:
+                fn(self, item)
+                savepoint.commit()
+            except Exception as err:
+                if transient(err):
+                    raise  # the store is in trouble: the whole batch is tried again at the next round
+                if savepoint.is_active:
+                    savepoint.rollback()
+                del self._effects[mark:]
+                self._claimed = claimed
+                self.failed.append(what(item))
+                log.exception("control loop: %s failed and was rolled back; it is tried again at the next round",
+                              what(item))
+
+    def prefetch(self, job_ids: Iterable[str]) -> None:
+        """Read and lock these jobs' rows now, in a few statements rather than one each."""
+        wanted = sorted(set(job_ids) - self._fetched)
+        for start in range(0, len(wanted), 500):
+            chunk = wanted[start:start + 500]
+            self._rows += self.s.execute(select(Job).where(Job.id.in_(chunk)).with_for_update()
+                                         .execution_options(populate_existing=True)).scalars().all()
+            for attempt in self.s.execute(select(Attempt).where(Attempt.job_id.in_(chunk),
+                                                                Attempt.ended_at.is_(None))).scalars():
+                self._open[(attempt.job_id, attempt.number)] = attempt
+            self._fetched.update(chunk)
+
+    def job(self, job_id: str) -> Job | None:
+        """The job's row, re-read and locked until the transaction ends (PostgreSQL: FOR UPDATE; SQLite: the
+        batch holds the database's write lock from its BEGIN)."""
+        if job_id in self._fetched:
+            return self.s.get(Job, job_id)
+        return self.s.execute(select(Job).where(Job.id == job_id).with_for_update()
+                              .execution_options(populate_existing=True)).scalar_one_or_none()
+
+    def attempt(self, job_id: str, number: int) -> Attempt | None:
+        found = self._open.get((job_id, number))
+        if found is not None:
+            return found
+        return self.s.execute(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
+                              ).scalar_one_or_none()
+
+    def run_effects(self) -> None:
+        for effect in self._effects:
+            try:
+                effect()
+            except Exception:  # the store has it; reconciliation repairs what the memory missed
+                log.exception("control loop: an effect after commit failed")
+        self._effects.clear()
+
+
+def commit(store: Store, now: float, fill: Callable[[Batch], None]) -> Batch:
+    """fill() a batch inside one transaction, commit it, then run its effects. Raises the store's error when
+    the transaction cannot be made (nothing applied, no effect run)."""
+    try:
+        batch = _made(store, now, fill, careful=False)
+    except _Careful as failed:
+        log.warning("control loop: %s failed; its batch is made again item by item", failed)
+        batch = _made(store, now, fill, careful=True)
+    batch.run_effects()
+    return batch
+
+
+def _made(store: Store, now: float, fill: Callable[[Batch], None], careful: bool) -> Batch:
+    with store.session(for_update=True) as s:
+        number_now(s)  # its rows are stamped as they are written (store/changes.py)
+        batch = Batch(s, now, careful)
+        fill(batch)
+    return batch
