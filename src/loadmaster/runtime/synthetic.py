@@ -17,7 +17,7 @@ import argparse
 import sys
 import time
 
-from loadmaster import runtime
+import loadmaster.runtime as runtime
 
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
