@@ -97,8 +97,9 @@ def test_borrow_limit_denies_and_rejects() -> None:
     snap = Snapshot.idle(0, c, (queued(job("a0", gpus=4, tenant="A")), queued(job("a1", gpus=2, tenant="A")),
                                 queued(job("a2", learners=2, gpus=4, tenant="A"))), quotas)
     plan = decide(snap, make_policy("fair"), make_placer("pack"))
-    assert [s.job_id for s in plan.starts] == ["a0"]
-    assert {w.job_id: w.reason for w in plan.waits} == {"a1": WaitReason.OVER_QUOTA}
+    # a1 fits in A's quota, so it goes before a0 (which would borrow); then a0 would pass the limit.
+    assert [s.job_id for s in plan.starts] == ["a1"]
+    assert {w.job_id: w.reason for w in plan.waits} == {"a0": WaitReason.OVER_QUOTA}
     assert [r.job_id for r in plan.rejects] == ["a2"]
 
 

@@ -94,6 +94,22 @@ def test_fair_reclaims_borrowed_gpus_with_checkpoint_loss() -> None:
     assert victim.gpu_s_lost == pytest.approx(400 * 4)
 
 
+def test_fair_does_not_restart_a_reclaimed_borrowing_job_on_gpus_a_guaranteed_job_waits_for() -> None:
+    # X may hold 1 GPU and has a 4-GPU job: it only ever runs on GPUs lent by Y. Y keeps a 3-GPU job waiting
+    # within its quota. Whenever Y's running job ends, the waiting guaranteed job must get the GPUs: were x
+    # started there (its tenant holds nothing, so its share is the lowest), Y would reclaim it at the next
+    # event, and again after every end of Y's (reclaim thrash: one preemption per job of Y's).
+    quotas = {"X": TenantQuota("X", 1), "Y": TenantQuota("Y", 3)}
+    ys = [job(f"y{k}", gpus=3, tenant="Y", submit=0 if k == 0 else 100 * k + 1, duration=150) for k in range(10)]
+    x = job("x", gpus=4, tenant="X", submit=0.5, duration=1000)
+    res = run(cluster(4), *ys, x, policy="fair", tenants=quotas, checkpoint_interval_s=600,
+              restart_overhead_s=30)
+    recs = by_id(res)
+    assert res.preemptions == 0
+    last_y = max(recs[f"y{k}"].finish_s for k in range(10))  # type: ignore[attr-defined]
+    assert recs["x"].first_start_s == pytest.approx(last_y)  # type: ignore[attr-defined]
+
+
 def test_gpu_type_speed_and_locality_slow_jobs_down() -> None:
     c = Cluster((Node("v", 4, 32, 256, "v100"), Node("k", 4, 32, 256, "k80")))
     spec = job("j", gpus=4, duration=100, type_speed=(("k80", 0.25), ("v100", 1.0)))

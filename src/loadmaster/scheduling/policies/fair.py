@@ -1,9 +1,15 @@
 """Philly-style fair sharing: each virtual cluster (tenant) has a GPU quota; idle quota is lent to others
 and taken back by preempting borrowed jobs when the owner needs it.
 
-Order: tenants furthest below their quota first (usage / quota), FIFO within a tenant. A job that fits in
-its tenant's quota is GUARANTEED and may reclaim GPUs from tenants running over their quota; a job that
-does not is BORROWED (it runs on idle GPUs only) up to the tenant's borrowing limit.
+Order: jobs that fit in their tenant's quota first, then tenants furthest below their quota (usage /
+quota), FIFO within a tenant. A job that fits in its tenant's quota is GUARANTEED and may reclaim GPUs from
+tenants running over their quota; a job that does not is BORROWED (it runs on idle GPUs only) up to the
+tenant's borrowing limit.
+
+Guaranteed jobs go before borrowing ones because a borrowing job started on GPUs that a waiting guaranteed
+job could use is reclaimed at the next decision: ranked by share alone, a tenant whose borrowed job was just
+reclaimed holds nothing, so its share is the lowest, and the job would take the next idle GPUs again and be
+preempted again, event after event (reclaim thrash: 378 preemptions on the 3,000-job overload, one job 55).
 """
 
 from __future__ import annotations
@@ -79,15 +85,22 @@ class FairPolicy(Policy):
         nominal = q.gpus if q else 0
         return snap.tenant_gpus.get(tenant, 0) / nominal if nominal > 0 else float("inf")
 
+    def borrowing(self, snap: Snapshot, job: JobView) -> bool:
+        """Would the job run on GPUs lent by others (beyond its tenant's quota) if it started now?"""
+        q = self._quotas(snap).get(job.spec.tenant)
+        return snap.tenant_gpus.get(job.spec.tenant, 0) + job.spec.gpus > (q.gpus if q else 0)
+
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
         shares = {t: self.share(snap, t) for t in {j.spec.tenant for j in snap.queued}}
-        return sorted(snap.queued, key=lambda j: (shares[j.spec.tenant], j.spec.submit_time_s, j.spec.job_id))
+        return sorted(snap.queued, key=lambda j: (self.borrowing(snap, j), shares[j.spec.tenant],
+                                                  j.spec.submit_time_s, j.spec.job_id))
 
     def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
         return (job.spec.submit_time_s, job.spec.job_id)
 
     def class_order(self, snap: Snapshot, job: JobView) -> tuple[object, ...]:
-        return (self.share(snap, job.spec.tenant),)  # the decision class is the tenant
+        # The decision class is the tenant and the shape: one size, so one answer to borrowing().
+        return (self.borrowing(snap, job), self.share(snap, job.spec.tenant))
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         assert isinstance(gate, QuotaGate)
