@@ -214,3 +214,56 @@ def test_bookings_count_each_gpu_once_and_name_a_double_booking() -> None:
 
 def _doc_on(port: int, *learners: tuple[str, list[int]]) -> dict[str, Any]:
     return {**_doc(*learners), "master_port": port}
+
+
+@settings(max_examples=40, deadline=None)
+@given(policy=st.sampled_from(["fifo", "fair", "drf", "las", "srtf", "priority"]),
+       steps=st.lists(st.tuples(st.integers(0, 3), st.integers(1, 4), st.integers(1, 2),
+                                st.sampled_from(["", "spread", "locality"]), st.sampled_from(["a", "b"]),
+                                st.integers(0, 2), st.sampled_from([30.0, 700.0, 2000.0])), min_size=1, max_size=40))
+def test_the_builders_session_decides_as_decide_does_round_after_round(
+        policy: str, steps: list[tuple[int, int, int, str, str, int, float]]) -> None:
+    """The loop decides through the builder's Session: whatever comes and goes (submissions, ends, starts,
+    preemptions, jobs asking for locality, which switch the Session to its full mode and back), each plan
+    is decide()'s on the same snapshot, its waits only the reasons that changed."""
+    placer = PerJobPlacer(make_placer("pack"), PLACERS)
+    pol = make_policy(policy)
+    builder = SnapshotBuilder(CLUSTER, policy=pol, placer=placer)
+    quotas = {"a": TenantQuota("a", 4), "b": TenantQuota("b", 2)}
+    placements = {"": {}, "spread": {"strategy": "spread"}, "locality": {"locality": "relaxed"}}
+    inputs: dict[str, JobInputs] = {}
+    known: dict[str, object] = {}  # the reasons the plans gave so far
+    clock = NOW
+    for n, (action, gpus, learners, placement, tenant, priority, later) in enumerate(steps):
+        clock += later
+        if action <= 1:  # a submission
+            job = f"j{n}"
+            row = _row(job, submitted_at=clock, queued_since=clock, priority=priority)
+            manifest = _manifest(learners=learners, resources={"gpus": gpus}, placement=placements[placement])
+            inputs[job] = JobInputs(row, manifest, tenant)
+            builder.update(job, inputs[job])
+        elif action == 2 and builder.running:  # the oldest running job ends
+            job = min(builder.running)
+            builder.update(job, None)
+            del inputs[job]
+        snap = builder.build(clock, quotas)
+        plan = builder.decide(snap)
+        want = decide(snap, pol, placer)
+        assert (plan.starts, plan.preempts, plan.resizes, plan.rejects) == \
+            (want.starts, want.preempts, want.resizes, want.rejects)
+        known.update((w.job_id, w.reason) for w in plan.waits)
+        assert {w.job_id: known.get(w.job_id) for w in want.waits} == {w.job_id: w.reason for w in want.waits}
+        for s in plan.starts:  # started: holds its GPUs (a pending start until its learners run)
+            inputs[s.job_id] = JobInputs(inputs[s.job_id].row, inputs[s.job_id].manifest, inputs[s.job_id].tenant,
+                                         PendingStart(s.job_id, s.allocation, clock))
+            builder.update(s.job_id, inputs[s.job_id])
+            known.pop(s.job_id, None)
+        for p in plan.preempts:  # back in the queue, queued again now
+            i = inputs[p.job_id]
+            inputs[p.job_id] = JobInputs(_row(p.job_id, submitted_at=i.row.submitted_at, queued_since=clock,
+                                              priority=i.row.priority, preemptions=1), i.manifest, i.tenant)
+            builder.update(p.job_id, inputs[p.job_id])
+        for r in plan.rejects:
+            builder.update(r.job_id, None)
+            del inputs[r.job_id]
+            known.pop(r.job_id, None)

@@ -9,8 +9,10 @@ One round (tick):
 3. reconcile, every `reconcile_s` (reconcile.py);
 4. decide, if anything may have changed (a change in the store, an event, a memory change) or the time the
    policy (round_s), a placer (next_change_s) or a launch backoff named has come: build the Snapshot
-   incrementally (snapshot.py), decide(snapshot, policy, placer), and route the Plan in one transaction
-   (the statement: every start, stop, rejection and wait reason, committed or discarded as one);
+   incrementally (snapshot.py), decide through the builder's Session (decide()'s plan, at the cost of
+   what changed since the last round: the queue stays in the policy's order between rounds, and the
+   plan's waits are only the reasons that changed), and route the Plan in one transaction (the
+   statement: every start, stop, rejection and changed wait reason, committed or discarded as one);
 5. write progress (one transaction), offer the snapshot to the queue estimator when the queue changed.
 
 A store error anywhere stops the round; nothing half-done stays in memory (effects run after commits) and
@@ -27,7 +29,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 
 from sqlalchemy import bindparam, func, select, update
 
@@ -77,9 +79,15 @@ class QueueView:
 
     made_at: float
     starting: tuple[tuple[str, str, str], ...] = ()  # (job id, tenant, wait reason)
-    waits: tuple[Wait, ...] = ()
     backing: tuple[tuple[str, str, str], ...] = ()
     snapshot: Snapshot | None = None  # the tenants of the waits
+    # Every waiting job's Wait in policy order. The round's plan holds only the reasons that changed (its
+    # Session's), so the whole list is decide() again on the round's snapshot, made on first use.
+    ranked: Callable[[], tuple[Wait, ...]] | None = None
+
+    @cached_property
+    def waits(self) -> tuple[Wait, ...]:
+        return self.ranked() if self.ranked is not None else ()
 
     @cached_property
     def entries(self) -> tuple[tuple[str, str, str], ...]:
@@ -113,7 +121,7 @@ class ControlLoop:
         self.ctx = Context(store, cluster, executor, dirs, clock, grace_s, Stager(self.wake),
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
                            progress_flush_s=progress_flush_s)
-        self.builder = SnapshotBuilder(cluster, default_duration_s)
+        self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
         self.estimator: Estimator | None = Estimator(store, interval_s=estimate_interval_s,
                                                      horizon_s=estimate_horizon_s, clock=clock) if estimates else None
         self.last_tick: TickReport | None = None
@@ -128,7 +136,7 @@ class ControlLoop:
         self._due_at = -math.inf  # the first round decides
         self._reconcile_at = -math.inf
         self._queue = QueueView(0.0)
-        self._queued_ids: frozenset[str] = frozenset()
+        self._queue_version = -1  # the builder's queue_version the estimator last saw
         self._names: dict[int, str] = {}
         self._quotas: dict[str, TenantQuota] = {}
         self._last_round_at: float | None = None  # monotonic time of the last completed round
@@ -311,6 +319,8 @@ class ControlLoop:
             names, quotas = read_tenants(ctx.store)
             if names != self._names:
                 ctx.touched.update(ctx.table.rows)
+            if quotas != self._quotas:
+                self.builder.quotas_changed()
             self._names, self._quotas = names, quotas
             ctx.table.tenants_read(delta.tenants)
         ctx.load_manifests(delta.changed)
@@ -424,13 +434,14 @@ class ControlLoop:
                 self._route(list(scaling))
                 snap = self._snapshot(now)
             core = time.perf_counter()
-            plan = decide(snap, self.policy, self.placer)
+            plan = self.builder.decide(snap)
             ctx.report.decide_only_s = time.perf_counter() - core
             self.metrics.decide_seconds.observe(ctx.report.decide_only_s)
             self.decisions += 1
             self._apply(plan)
         except BaseException:
             ctx.dirty = True  # the plan was not carried out: decide again at the next round
+            self.builder.reset_session()  # and give every reason again (the Session took them as given)
             raise
         self._due_at = self._next_due(plan, snap, now)
         self._remember_queue(plan, snap)
@@ -491,13 +502,12 @@ class ControlLoop:
     def _next_due(self, plan: Plan, snap: Snapshot, now: float) -> float:
         """When time alone may change the answer: the policy's round, a placer's relaxation, a backoff."""
         due = math.inf
-        if plan.waits and self.policy.round_s:
+        leaving = {s.job_id for s in plan.starts} | {r.job_id for r in plan.rejects}
+        if len(snap.queued) > len(leaving) and self.policy.round_s:  # jobs still wait
             due = now + self.policy.round_s
-        views = None
-        for w in plan.waits:
-            if w.reason is WaitReason.LOCALITY_WAIT:
-                views = views or {v.job_id: v for v in snap.queued}
-                at = self.placer.next_change_s(views[w.job_id], snap)
+        for view in self.builder.session().waiting_for(WaitReason.LOCALITY_WAIT):
+            if view.job_id not in leaving:
+                at = self.placer.next_change_s(view, snap)
                 if at is not None and at > now:
                     due = min(due, at)
         for until, _ in self.ctx.backoff.values():
@@ -508,12 +518,19 @@ class ControlLoop:
         ctx = self.ctx
         starting = tuple((j, self._tenant_of(j), STARTING) for j, p in ctx.pending.items() if not p.relaunch)
         backing = tuple((j, self._tenant_of(j), LAUNCH_FAILED) for j in ctx.backoff if j in ctx.table.rows)
-        self._queue = QueueView(ctx.clock(), starting, plan.waits, backing, snap)
+        self._queue = QueueView(ctx.clock(), starting, backing, snap, partial(self._all_waits, snap))
         if self.estimator is not None:
-            ids = frozenset(w.job_id for w in plan.waits)
-            if ids != self._queued_ids:
+            # The queue's members changed (jobs queued, started, rejected or gone): the estimates are stale.
+            version = self.builder.queue_version
+            if version != self._queue_version or plan.starts or plan.rejects:
                 self.estimator.mark_stale()
-            self._queued_ids = ids
+            self._queue_version = version
+
+    def _all_waits(self, snap: Snapshot) -> tuple[Wait, ...]:
+        """Every waiting job's Wait on the round's snapshot, in policy order: decide() again (the Session's
+        answers are its answers), under the loop's lock (policies keep memos between calls)."""
+        with self._lock:
+            return decide(snap, self.policy, self.placer).waits
 
     def _tenant_of(self, job_id: str) -> str:
         row = self.ctx.table.rows.get(job_id)

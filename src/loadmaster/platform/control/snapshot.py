@@ -14,12 +14,21 @@
 The builder is incremental: it keeps every job's view and rebuilds only those of jobs that changed (their
 row, their run, their pending start), and keeps free capacity and each tenant's GPUs up to date as views
 come and go, so that building the snapshot of 10,000 queued and 1,000 running jobs costs what changed.
+
+Given a policy, it also keeps the queue in a scheduling.session.Session across rounds (decide()), so that
+deciding costs what changed too: the same plan as decide(snapshot, policy, placer), except that its waits
+are only the reasons that changed since the last plan. A Session may keep a queue in order only while no
+queued job's placer key moves with time (a manifest asking for locality relaxes with the wait): while one
+is queued, the Session decides over the whole queue each round (its full mode), and it is made again,
+incremental, once none is. A plan that was not carried out (a store error) makes the Session forget what it
+knew (reset_session): the next plan gives every job's reason again.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import partial
 
 import numpy as np
 import numpy.typing as npt
@@ -30,6 +39,10 @@ from loadmaster.platform.control.allocation import to_allocation
 from loadmaster.platform.control.state import PendingStart, Phase, RunState
 from loadmaster.platform.control.table import JobRow
 from loadmaster.platform.manifest import JobManifest, Locality, PlacementStrategy
+from loadmaster.scheduling.placement.per_job import PerJobPlacer
+from loadmaster.scheduling.plan import Plan
+from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
 DEFAULT_DURATION_S = 3600.0
@@ -59,8 +72,16 @@ class JobInputs:
     held_back: bool = False  # waiting out a launch backoff
 
 
+class _SteadyKeys(PerJobPlacer):
+    """The loop's per-job placer for a Session while no queued job names a placer whose cache key moves with
+    time: the same placements, and a promise the Session may keep its classes on."""
+
+    time_dependent_key = False
+
+
 class SnapshotBuilder:
-    def __init__(self, cluster: Cluster, default_duration_s: float = DEFAULT_DURATION_S) -> None:
+    def __init__(self, cluster: Cluster, default_duration_s: float = DEFAULT_DURATION_S, *,
+                 policy: Policy | None = None, placer: PerJobPlacer | None = None) -> None:
         self.cluster = cluster
         self.default_duration_s = default_duration_s
         self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -72,20 +93,36 @@ class SnapshotBuilder:
         self._cpus = cluster.cpu_capacity.astype(np.float64)
         self._mem = cluster.mem_capacity.astype(np.float64)
         self._tenant_gpus: dict[str, int] = {}
+        self.queue_version = 0  # counts the jobs that joined or left the queue
+        # The Session (made on first decide()) and the queued jobs whose placer's key moves with time.
+        self.policy = policy
+        self.placer = placer
+        self._steady = _SteadyKeys(placer.default, placer.registry) if placer is not None else None
+        self._session: Session | None = None
+        self._session_full = False
+        self._moving: set[str] = set()
 
     # -- keeping the views -------------------------------------------------------------------------------
     def update(self, job_id: str, inputs: JobInputs | None) -> None:
         """Rebuild one job's view from its inputs (None: the job is gone)."""
+        was_queued = self.queued.get(job_id)
         self._drop(job_id)
+        view: JobView | None = None
         if inputs is None:
             self._specs.pop(job_id, None)
-            return
-        view = self.view(inputs)
-        if view is None:
-            return
-        if view.allocation is None:
-            self.queued[job_id] = view
         else:
+            view = self.view(inputs)
+        if view is not None and view.allocation is None:
+            self.queued[job_id] = view
+            if was_queued is None:
+                self.queue_version += 1
+            if view != was_queued:  # an unchanged view keeps its place and class in the Session
+                self._session_add(view)
+            return
+        if was_queued is not None:
+            self.queue_version += 1
+            self._session_remove(job_id)
+        if view is not None:
             self.running[job_id] = view
             self._hold(view, -1)
 
@@ -108,13 +145,62 @@ class SnapshotBuilder:
     def clear(self) -> None:
         for job_id in list(self.running) + list(self.queued):
             self._drop(job_id)
+        self.queue_version += 1
+        self._moving.clear()
+        self.reset_session()
+
+    # -- the queue in the policy's order -------------------------------------------------------------------
+    def _session_add(self, view: JobView) -> None:
+        placer = self.placer
+        if placer is not None and placer.placer_for(view).time_dependent_key:
+            self._moving.add(view.job_id)
+        else:
+            self._moving.discard(view.job_id)
+        if self._session is not None:
+            self._session.add(view)
+
+    def _session_remove(self, job_id: str) -> None:
+        self._moving.discard(job_id)
+        if self._session is not None:
+            self._session.remove(job_id)
+
+    def session(self) -> Session:
+        """The Session for the queue as it is: incremental while no queued job's placer key moves with time,
+        else in full mode; (re)made with every queued job when the mode changes or after a reset."""
+        assert self.policy is not None and self.placer is not None and self._steady is not None
+        full = bool(self._moving)
+        session = self._session
+        if session is None or self._session_full != full:
+            session = self._session = Session(self.policy, self.placer if full else self._steady)
+            self._session_full = full
+            for view in self.queued.values():
+                session.add(view)
+        return session
+
+    def reset_session(self) -> None:
+        """Forget the Session (its reasons were not carried out): the next decide() makes a new one."""
+        self._session = None
+
+    def quotas_changed(self) -> None:
+        if self._session is not None:
+            self._session.tenants_changed()
+
+    def decide(self, snap: Snapshot) -> Plan:
+        """decide(snap, policy, placer) through the Session: the same starts, preemptions, resizes and
+        rejections; waits only for the jobs whose reason changed since the last plan. `snap` must be this
+        builder's latest build()."""
+        return self.session().decide(snap)
 
     # -- building ----------------------------------------------------------------------------------------
     def build(self, now: float, quotas: Mapping[str, TenantQuota]) -> Snapshot:
         # Never below zero: an overcommitted node (a cluster shrunk under running jobs) is merely full.
         free = (np.maximum(self._gpus, 0.0), np.maximum(self._cpus, 0.0), np.maximum(self._mem, 0.0))
+        # The Session counts queued jobs per tenant: DRF need not walk the queue for them. A tuple behind a
+        # partial, so that the snapshot stays picklable (the queue estimator's copy).
+        tenants = partial(tuple, self._session.queued_tenants()) if self._session is not None else None
         return Snapshot.build(now, self.cluster, *free, tuple(self.queued.values()), tuple(self.running.values()),
-                              quotas, tenant_gpus={t: g for t, g in self._tenant_gpus.items() if g})
+                              quotas, tenant_gpus={t: g for t, g in self._tenant_gpus.items() if g},
+                              queued_tenants=tenants)
 
     def spec(self, row: JobRow, manifest: JobManifest, tenant: str, running: Allocation | None) -> JobSpec:
         elastic = manifest.elastic
