@@ -113,6 +113,7 @@ class _ForecastRun(_Run):
         kept = dataclasses.replace(live.view, started_at=view.started_at)
         live.view = kept
         self.running_views[spec.job_id] = kept
+        self._running_tuple = None
         self.tenant_running[spec.tenant][spec.job_id] = kept
 
     def seed_queued(self, view: JobView) -> None:

@@ -109,6 +109,9 @@ class _Run:
         self.session = Session(sim.policy, sim.placer)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
+        # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
+        # per tuple of running views (LAS) compute them once for all the decisions in between.
+        self._running_tuple: tuple[JobView, ...] | None = None
         self.tenant_gpus: dict[str, int] = {}
         self.tenant_running: dict[str, dict[str, JobView]] = {}
         # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
@@ -242,12 +245,18 @@ class _Run:
         self.decisions += 1
         snap = Snapshot.build(
             self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
-            self.session.queued, tuple(self.running_views.values()), self.sim.tenants,
+            self.session.queued, self.running_tuple(), self.sim.tenants,
             self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
             copy=False,  # the free arrays change only when the plan is carried out, after decide()
         )
         self.snap = snap
         return self.session.decide(snap)
+
+    def running_tuple(self) -> tuple[JobView, ...]:
+        running = self._running_tuple
+        if running is None or len(running) != len(self.running_views):
+            running = self._running_tuple = tuple(self.running_views.values())
+        return running
 
     def placer_wake(self, plan: Plan) -> float:
         """The earliest time the placer's answer for a job left waiting for locality changes with time
@@ -356,6 +365,7 @@ class _Run:
         heapq.heappush(self.events, (end, self.seq, live.index, live.token))
         self.running[spec.job_id] = live
         self.running_views[spec.job_id] = live.view
+        self._running_tuple = None
         self.tenant_gpus[spec.tenant] = self.tenant_gpus.get(spec.tenant, 0) + alloc.gpus
         self.tenant_running.setdefault(spec.tenant, {})[spec.job_id] = live.view
 
@@ -365,6 +375,7 @@ class _Run:
         assert view.allocation is not None
         del self.running[view.job_id]
         del self.running_views[view.job_id]
+        self._running_tuple = None
         self.growable.pop(view.job_id, None)
         self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
         del self.tenant_running[view.spec.tenant][view.job_id]

@@ -53,6 +53,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 from operator import attrgetter, itemgetter
 
 import numpy as np
@@ -92,6 +93,18 @@ def _before(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
 DEFAULT_TYPE_SPEED: Mapping[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0}
 
 
+@dataclass(slots=True)
+class _RunArrays:
+    """The running views' work done, rate, as_of and attained GPU-seconds; next_change_s's facts (GPUs held,
+    gang GPUs, service before a promoted run) once asked for."""
+
+    done: npt.NDArray[np.float64]
+    rate: npt.NDArray[np.float64]
+    as_of: npt.NDArray[np.float64]
+    attained: npt.NDArray[np.float64]
+    facts: npt.NDArray[np.float64] | None = None
+
+
 class LasPolicy(KeyedPolicy):
     name = "las"
 
@@ -115,8 +128,14 @@ class LasPolicy(KeyedPolicy):
         # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
         # the jobs). See victim_candidates().
         self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
+        # The same jobs' minus queues in ascending order and the GPUs of each prefix, without the victim
+        # order (most displacement searches end at releasable_gpus(), which needs only these).
+        self._releasable: tuple[Snapshot, list[int], list[float]] | None = None
         # Per running view (by identity): what next_change_s needs of it that does not change while it runs.
         self._facts: dict[int, tuple[JobView, tuple[float, float, float]]] = {}
+        # The running jobs' numbers as arrays, for the last tuple of running views asked about (a shell that
+        # keeps one tuple while its running jobs do not change, as the simulator does, pays for them once).
+        self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
 
     # -- attained service: what `las-het` redefines ---------------------------------------------------
     def service(self, job: JobView, clock: float) -> float:
@@ -229,10 +248,11 @@ class LasPolicy(KeyedPolicy):
         clock = snap.clock
         running = snap.running
         n = len(running)
-        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
-        rate = np.fromiter(map(_RATE, running), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
-        facts = np.array([self._run_facts(v) for v in running], dtype=np.float64).reshape(n, 3)
+        arrays = self._run_arrays(running)
+        done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
+        if arrays.facts is None:
+            arrays.facts = np.array([self._run_facts(v) for v in running], dtype=np.float64).reshape(n, 3)
+        facts = arrays.facts
         held, base = facts[:, 0], facts[:, 2]  # GPUs held, service before a promoted run
         service = self._services(snap, running, facts) - base
         opens = np.full(n, math.inf)
@@ -277,20 +297,30 @@ class LasPolicy(KeyedPolicy):
         memo[id(job)] = (job, facts)
         return facts
 
+    def _run_arrays(self, running: Sequence[JobView]) -> _RunArrays:
+        """The running views' numbers as arrays (once per tuple of views)."""
+        memo = self._arrays
+        if memo is not None and memo[0] is running:
+            return memo[1]
+        n = len(running)
+        arrays = _RunArrays(np.fromiter(map(_WORK_DONE, running), np.float64, n),
+                            np.fromiter(map(_RATE, running), np.float64, n),
+                            np.fromiter(map(_AS_OF, running), np.float64, n),
+                            np.fromiter(map(_ATTAINED, running), np.float64, n))
+        self._arrays = (running, arrays)
+        return arrays
+
     def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
                   ) -> npt.NDArray[np.float64]:
         """service() of every running job, with the same float operations (GPU-seconds held)."""
-        n = len(running)
-        attained = np.fromiter(map(_ATTAINED, running), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
-        return attained + facts[:, 0] * np.maximum(0.0, snap.clock - as_of)
+        arrays = self._run_arrays(running)
+        return arrays.attained + facts[:, 0] * np.maximum(0.0, snap.clock - arrays.as_of)
 
     def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
                      service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
         """When each running job's service reaches `service` (rounded down; inf if it holds no GPU)."""
-        n = len(running)
-        attained = np.fromiter(map(_ATTAINED, running), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        arrays = self._run_arrays(running)
+        attained, as_of = arrays.attained, arrays.as_of
         held = facts[:, 0]
         with np.errstate(divide="ignore", invalid="ignore"):
             at = as_of + (service - attained) / held
@@ -323,8 +353,23 @@ class LasPolicy(KeyedPolicy):
         return iter(run[2][:bisect_left(run[1], -self.queue(snap, job))])
 
     def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
-        run = self._displaceable_run(snap)
-        return run[3][bisect_left(run[1], -self.queue(snap, job))]
+        rel = self._releasable
+        if rel is None or rel[0] is not snap:
+            run = self._displaceable
+            if run is not None and run[0] is snap:
+                rel = (snap, run[1], run[3])
+            else:
+                # The jobs of a queue above the job's are the same set in any order within a queue, and
+                # GPUs are whole numbers: the prefix sums equal those of the victim order.
+                running = snap.running
+                pairs = sorted((-self.queue(snap, v), v.allocation.gpus if v.allocation is not None else 0)
+                               for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok)
+                held = [0.0]
+                for _, gpus in pairs:
+                    held.append(held[-1] + gpus)
+                rel = (snap, [q for q, _ in pairs], held)
+            self._releasable = rel
+        return rel[2][bisect_left(rel[1], -self.queue(snap, job))]
 
     def _displaceable_run(self, snap: Snapshot) -> tuple[Snapshot, list[int], list[JobView], list[float]]:
         """The running jobs displaceable now in victim_key order, minus each one's queue, and the GPUs of
@@ -346,11 +391,9 @@ class LasPolicy(KeyedPolicy):
         running job whenever a job may displace others)."""
         if self.max_loss_s is None:
             return [True] * len(jobs)
-        n = len(jobs)
-        done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
-        rate = np.fromiter(map(_RATE, jobs), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
-        work = done + rate * np.maximum(0.0, snap.clock - as_of)
+        arrays = self._run_arrays(jobs)
+        done = arrays.done
+        work = done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of)
         ckpt = self.checkpoint_interval_s
         if ckpt <= 0:
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
@@ -389,18 +432,13 @@ class HetLasPolicy(LasPolicy):
 
     def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
                   ) -> npt.NDArray[np.float64]:
-        n = len(running)
-        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
-        rate = np.fromiter(map(_RATE, running), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
-        return facts[:, 1] * (done + rate * np.maximum(0.0, snap.clock - as_of))
+        arrays = self._run_arrays(running)
+        return facts[:, 1] * (arrays.done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of))
 
     def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
                      service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        n = len(running)
-        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
-        rate = np.fromiter(map(_RATE, running), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, running), np.float64, n)
+        arrays = self._run_arrays(running)
+        done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
         gpus = facts[:, 1]
         ok = (gpus > 0) & (rate > 0)
         with np.errstate(divide="ignore", invalid="ignore"):
