@@ -53,7 +53,6 @@ See docs/policies.md (## themis) for measurements.
 from __future__ import annotations
 
 import math
-from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
@@ -112,24 +111,10 @@ class _ClusterFacts:
                    {t: s / best if best > 0 else 1.0 for t, s in raw.items()})
 
 
-@dataclass(frozen=True, slots=True)
-class _RunArrays:
-    """Running views' numbers that do not change while they run, for victims() to value them all at once."""
-
-    done: npt.NDArray[np.float64]
-    rate: npt.NDArray[np.float64]
-    as_of: npt.NDArray[np.float64]
-    submit: npt.NDArray[np.float64]
-    duration: npt.NDArray[np.float64]
-    gang: npt.NDArray[np.float64]  # learners x GPUs per learner
-    started: npt.NDArray[np.float64]  # nan: no recorded start
-    steady: npt.NDArray[np.bool_]  # can never run faster than its nominal gang at its request
-
-
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
-_VECTOR_MIN = 16
+_VECTOR_MIN = 64
 _SPEC = attrgetter("spec")
 _JOB_ID = attrgetter("job_id")
 _SUBMIT = attrgetter("submit_time_s")
@@ -173,8 +158,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_types", "_victim_gpus", "_victim_rho", "_victim_rhos", "_victims", "_victims_min_gpus", "bids",
-                 "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "clock", "facts", "offered",
+                 "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -188,8 +173,6 @@ class _Round:
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
         self._victims: list[tuple[float, float, str, JobView]] | None = None
-        self._victim_rhos: list[float] = []  # the victims' rho if preempted, rising
-        self._victim_gpus: list[float] = [0.0]  # GPUs held by each prefix of the victims
         self._victims_min_gpus = math.inf
         self._victim_rho: dict[str, float] = {}
         if len(queued) <= 1:
@@ -299,42 +282,26 @@ class _Round:
         if self._victims is None or min_gpus < self._victims_min_gpus:
             p = self.policy
             clock, share = self.clock, self.share
-            running = self.snap.running
-            arrays = p.running_arrays(running)
-            # _rho_if_preempted() of every running job at once, with the same float operations in the same
-            # order (so the same numbers), for those whose lease has expired and that may qualify.
-            expired = ~(arrays.started > clock - p.lease_s)  # a job without a recorded start holds no lease
-            qualify = np.flatnonzero(expired & ~((arrays.gang <= min_gpus) & arrays.steady)).tolist()
+            cutoff = clock - p.lease_s
+            ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
             known = self._victim_rho
             entries = []
-            if qualify:
-                ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
-                work = arrays.done + arrays.rate * np.maximum(0.0, clock - arrays.as_of)
-                lost = np.remainder(work, ckpt) if ckpt > 0 else work
-                remaining = np.maximum(0.0, arrays.duration - work)
-                shared = (clock - arrays.submit) + restart + (remaining + lost) / np.maximum(arrays.rate, _TINY)
-                gang = arrays.gang
-                slower = np.where(share < gang, gang / share, 1.0) if share > 0 else np.ones(len(gang))
-                rhos: list[float] = (shared / np.maximum(arrays.duration * slower, _TINY)).tolist()
-                for i in qualify:
-                    v = running[i]
-                    victim_rho = rhos[i]
-                    known[v.job_id] = victim_rho
-                    entries.append((victim_rho, -(v.started_at or 0.0), v.job_id, v))
+            for v in self.snap.running:
+                started = v.started_at
+                if started is not None and started > cutoff:
+                    continue
+                spec = v.spec
+                if (spec.learners * spec.gpus_per_learner <= min_gpus
+                        and (spec.max_learners or 0) <= spec.learners  # may not grow
+                        and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
+                    continue
+                victim_rho = _rho_if_preempted(v, clock, share, ckpt, restart)
+                known[v.job_id] = victim_rho
+                entries.append((victim_rho, -(started or 0.0), v.job_id, v))
             entries.sort(key=_VICTIM_ORDER)
             self._victims = entries
             self._victims_min_gpus = min_gpus
-            self._victim_rhos = [e[0] for e in entries]
-            held = self._victim_gpus = [0.0]
-            for e in entries:
-                alloc = e[3].allocation
-                held.append(held[-1] + (alloc.gpus if alloc is not None else 0))
         return self._victims
-
-    def releasable_gpus(self, rho: float) -> float:
-        """GPUs held by the victims a job of this `rho` may displace (those whose rho if preempted is below)."""
-        self.victims(rho)
-        return self._victim_gpus[bisect_left(self._victim_rhos, rho)]
 
     # -- bids ------------------------------------------------------------------------------------------
     def type_room(self) -> dict[str, tuple[float, float, float]]:
@@ -431,30 +398,6 @@ class ThemisPolicy(Policy):
         self.type_speed: Mapping[str, float] = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
         self._last: _Round | None = None
         self._facts: _ClusterFacts | None = None
-        # The running views' numbers, for the last tuple of them asked about (the simulator keeps one tuple
-        # while its running jobs do not change).
-        self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
-
-    def running_arrays(self, running: Sequence[JobView]) -> _RunArrays:
-        memo = self._arrays
-        if memo is not None and memo[0] is running:
-            return memo[1]
-        n = len(running)
-        specs = list(map(_SPEC, running))
-        arrays = _RunArrays(
-            done=np.fromiter(map(_WORK_DONE, running), np.float64, n),
-            rate=np.fromiter(map(_RATE, running), np.float64, n),
-            as_of=np.fromiter(map(_AS_OF, running), np.float64, n),
-            submit=np.fromiter(map(_SUBMIT, specs), np.float64, n),
-            duration=np.fromiter(map(_DURATION, specs), np.float64, n),
-            gang=np.fromiter((s.learners * s.gpus_per_learner for s in specs), np.float64, n),
-            started=np.fromiter((math.nan if v.started_at is None else v.started_at for v in running), np.float64, n),
-            # Rate at most 1 for ever: it may not grow, and no placer's CPUs speed it up (see victims()).
-            steady=np.fromiter(((s.max_learners or 0) <= s.learners
-                                and max_cpu_speed(s.model, s.gpus_per_learner, s.cpus_per_learner) <= 1.0
-                                for s in specs), np.bool_, n))
-        self._arrays = (running, arrays)
-        return arrays
 
     def offer_count(self, queued: int) -> int:
         """How many of `queued` waiting jobs get the offer: the worst 1 - f fraction, at least one."""
@@ -517,13 +460,6 @@ class ThemisPolicy(Policy):
             return ()
         rho = rnd.rho_of(job)
         return (e[3] for e in takewhile(lambda e: e[0] < rho, rnd.victims(rho)))
-
-    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
-        # Most displacement searches cannot free enough GPUs: the bound ends them without a walk.
-        rnd = self._round(snap)
-        if job.job_id not in rnd.offered:
-            return 0.0
-        return rnd.releasable_gpus(rnd.rho_of(job))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
