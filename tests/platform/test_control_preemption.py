@@ -62,3 +62,24 @@ def test_a_user_scale_request_resizes_an_elastic_job_by_checkpoint_restart(tmp_p
         assert int(start) >= 5 and attempt == "2"
     finally:
         env.close()
+
+
+def test_a_reclaimed_borrowing_job_is_not_restarted_on_gpus_a_guaranteed_job_waits_for(
+        tmp_path: Path, sqlite_url: str) -> None:
+    """Reclaim thrash, in the live loop: X (quota 1) has a 2-GPU job that only ever borrows; Y (quota 2) has
+    three 2-GPU jobs, one running, two waiting. Each time Y's running job ends, Y's next job fits in its
+    quota and must get the GPUs; x, submitted before them and with its tenant holding nothing, would take
+    them first under a ranking by share alone and be reclaimed at the next round, once per job of Y's."""
+    env = make_env(sqlite_url, tmp_path, cluster=ONE_BY_TWO, policy="fair", quota=2)  # tenant "vision" is Y
+    try:
+        borrower = env.add_tenant("x", gpus=1)
+        ys = [env.submit(name="y1", learners=2, command=learner("train", 8, 0.05))]
+        env.until_status(ys[0], S.PROCESSING, S.COMPLETED)
+        x = env.submit(borrower, name="x", learners=2, command=learner("train", 10, 0.02))
+        ys += [env.submit(name=f"y{i}", learners=2, command=learner("train", 8, 0.05)) for i in (2, 3)]
+        env.drive(lambda: all(env.status(j) is S.COMPLETED for j in [*ys, x]), what="every job done")
+        assert env.job(x).preemptions == 0 and len(env.attempts(x)) == 1
+        last_y = max(a.ended_at or 0.0 for y in ys for a in env.attempts(y))
+        assert env.attempts(x)[0].started_at >= last_y - 1e-6
+    finally:
+        env.close()
