@@ -72,6 +72,16 @@ class SnapshotBuilder:
         self._cpus = cluster.cpu_capacity.astype(np.float64)
         self._mem = cluster.mem_capacity.astype(np.float64)
         self._tenant_gpus: dict[str, int] = {}
+        self.down: list[int] = []  # nodes nothing may be placed on (dead or drained): no free capacity
+
+    def grow(self, cluster: Cluster) -> None:
+        """Nodes joined (appended: the indices of the others stay): their whole capacity is free."""
+        added = slice(len(self.cluster.nodes), len(cluster.nodes))
+        self._gpus = np.concatenate([self._gpus, cluster.gpu_capacity[added].astype(np.float64)])
+        self._cpus = np.concatenate([self._cpus, cluster.cpu_capacity[added].astype(np.float64)])
+        self._mem = np.concatenate([self._mem, cluster.mem_capacity[added].astype(np.float64)])
+        self.cluster = cluster
+        self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
 
     # -- keeping the views -------------------------------------------------------------------------------
     def update(self, job_id: str, inputs: JobInputs | None) -> None:
@@ -113,6 +123,8 @@ class SnapshotBuilder:
     def build(self, now: float, quotas: Mapping[str, TenantQuota]) -> Snapshot:
         # Never below zero: an overcommitted node (a cluster shrunk under running jobs) is merely full.
         free = (np.maximum(self._gpus, 0.0), np.maximum(self._cpus, 0.0), np.maximum(self._mem, 0.0))
+        for array in free:
+            array[self.down] = 0.0
         return Snapshot.build(now, self.cluster, *free, tuple(self.queued.values()), tuple(self.running.values()),
                               quotas, tenant_gpus={t: g for t, g in self._tenant_gpus.items() if g})
 
