@@ -75,6 +75,7 @@ NAMESPACE = "loadmaster"
 NODE_LABEL = "loadmaster/node"
 _CHUNK = 1 << 20  # bytes of each file per learner per poll: a chatty learner cannot stall the loop
 _PLACEHOLDER = "-"  # REPORT_FILE/PREEMPT_FILE: the host sets its node's own paths
+SUSPECT_S = 60.0  # a node whose learner saw its raylet die counts as dead this long, unless Ray says so first
 MASTER_PORTS = (29500, 30000)  # where rank 0's host looks for a free rendezvous port pair on its node
 
 
@@ -244,6 +245,9 @@ class RayExecutor:
         self._nodes_lock = threading.Lock()
         self._nodes_at = -1.0  # monotonic time of the last read of Ray's node table
         self._last_seen: dict[str, float] = {}  # node id -> when it was last listed alive
+        # Node ids a learner's shim saw lose their raylet (ray_host: the lost marker): dead for us at once,
+        # seconds before Ray's health check says so, so nothing is relaunched there meanwhile.
+        self._suspect: dict[str, float] = {}  # node id -> monotonic time the suspicion ends
         self._registry: AttemptRegistry[_Attempt] = AttemptRegistry()
         self._attempts = self._registry.attempts
         self._lock = self._registry.lock
@@ -286,7 +290,8 @@ class RayExecutor:
             out = []
             for name, n in sorted(names.named().items()):
                 node = to_node(name, n)
-                out.append(Member(name, n.node_id, n.alive, n.ip, dict(n.labels), node.gpus, node.cpus, node.mem_gb,
+                alive = n.alive and not self._suspected(n.node_id)
+                out.append(Member(name, n.node_id, alive, n.ip, dict(n.labels), node.gpus, node.cpus, node.mem_gb,
                                   node.gpu_type, self._last_seen.get(n.node_id)))
             return out
 
@@ -298,13 +303,25 @@ class RayExecutor:
     def _is_dead(self, node_id: str) -> bool:
         with self._nodes_lock:
             found = self._names.nodes.get(node_id)
-        return bool(node_id) and (found is None or not found.alive)
+            suspected = self._suspected(node_id)
+        return bool(node_id) and (found is None or not found.alive or suspected)
+
+    def _suspected(self, node_id: str) -> bool:
+        until = self._suspect.get(node_id)
+        if until is None:
+            return False
+        if until < time.monotonic():
+            del self._suspect[node_id]
+            return False
+        return True
 
     def resolve(self, node: str, nodes: Sequence[RayNode] | None = None) -> RayNode | None:
         """The alive Ray node a learner placed on `node` goes to (by node_map, name, id, IP, hostname)."""
         target = self.node_map.get(node, node)
         if nodes is None:
-            named = self._refresh(force=True).alive()
+            names = self._refresh(force=True)
+            with self._nodes_lock:
+                named = {k: n for k, n in names.alive().items() if not self._suspected(n.node_id)}
             nodes = list(named.values())
         else:
             named = node_names(nodes)
@@ -497,6 +514,10 @@ class RayExecutor:
     def _absorb(self, att: _Attempt, learner: _Learner, state: Mapping[str, Any]) -> list[Progress]:
         """Copy the new bytes here and note the exit once everything is copied."""
         rank = learner.rank
+        if state.get("lost"):
+            att.gang.lost.add(rank)
+            with self._nodes_lock:
+                self._suspect[learner.node_id] = time.monotonic() + SUSPECT_S
         if state["log"]:
             append_bytes(att.files.log(rank), state["log"])
             learner.log_offset += len(state["log"])

@@ -24,7 +24,7 @@ from typing import Any
 
 from loadmaster.platform.executors.files import AttemptFiles, read_from, read_json, size_of, write_atomic
 from loadmaster.platform.executors.procs import is_running, start_token
-from loadmaster.platform.executors.shim import ShimRequest
+from loadmaster.platform.executors.shim import ShimRequest, lost_marker
 from loadmaster.platform.executors.spawn import (
     ShimRecord,
     abort,
@@ -106,7 +106,8 @@ class LearnerHost:
             self.files.make_dirs()
             for directory in dirs:  # checkpoint and results dirs: on shared storage, or this node's own
                 Path(directory).mkdir(parents=True, exist_ok=True)
-            for stale in (self.files.exit(self.rank), self.files.pid(self.rank)):
+            exit_file = self.files.exit(self.rank)
+            for stale in (exit_file, self.files.pid(self.rank), lost_marker(exit_file)):
                 stale.unlink(missing_ok=True)
         except OSError as exc:
             return {"ok": False, "error": f"cannot prepare the learner's directories on {socket.gethostname()}: {exc}"}
@@ -138,7 +139,8 @@ class LearnerHost:
         drained = (exit_code is not None
                    and log_offset + len(log) >= size_of(self.files.log(self.rank))
                    and report_offset + len(report) >= size_of(self.files.report(self.rank)))
-        return {"exit_code": exit_code, "log": log, "report": report, "drained": drained}
+        lost = lost_marker(self.files.exit(self.rank)).exists()  # stopped because this node is going away
+        return {"exit_code": exit_code, "log": log, "report": report, "drained": drained, "lost": lost}
 
     def _shim_exited(self, record: ShimRecord) -> bool:
         if self.popen is not None:
@@ -159,7 +161,7 @@ class LearnerHost:
         """The server has copied everything: remove this learner's scratch files (and the attempt's
         directory once no learner of it is left on this node)."""
         for path in (self.files.log(self.rank), self.files.exit(self.rank), self.files.pid(self.rank),
-                     self.files.report(self.rank)):
+                     self.files.report(self.rank), lost_marker(self.files.exit(self.rank))):
             path.unlink(missing_ok=True)
         root = self.files.log_dir.parent
         if not any(self.files.log_dir.glob("rank-*")) and not any(self.files.report_dir.glob("rank-*")):

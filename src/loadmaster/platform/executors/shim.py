@@ -43,6 +43,7 @@ from typing import Any
 
 from loadmaster.platform.executors.envvars import child_env
 from loadmaster.platform.executors.files import write_atomic
+from loadmaster.platform.executors.gang import LOST_EXIT_CODE
 from loadmaster.platform.executors.procs import boot_id, is_running, start_token
 from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, kill_descendants, send
 
@@ -144,10 +145,17 @@ def _clean_up(leader: int, patience_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
-def _watch(watched: tuple[tuple[int, str], ...], pgid: int, log_path: str) -> None:
+def lost_marker(exit_path: str | Path) -> Path:
+    """Written beside the exit file when the learner was stopped because its node went away: however it
+    exited (a learner may exit 0 on SIGTERM), the attempt lost it, and the exit code says so."""
+    return Path(exit_path).with_suffix(".lost")
+
+
+def _watch(watched: tuple[tuple[int, str], ...], pgid: int, log_path: str, exit_path: str) -> None:
     """Stop the learner once a watched process is gone (a thread beside the wait for the learner)."""
     while all(is_running(pid, start) for pid, start in watched):
         time.sleep(WATCH_INTERVAL_S)
+    write_atomic(lost_marker(exit_path), "lost\n")
     with open(log_path, "ab") as log:
         log.write(b"\nloadmaster: the learner's Ray host or raylet is gone; stopping the learner\n")
     _signal_all(pgid, signal.SIGTERM)
@@ -174,7 +182,8 @@ def run(request: ShimRequest) -> int:
             return CANNOT_START
     forwarder.started(child.pid)
     if request.watch:
-        threading.Thread(target=_watch, args=(request.watch, child.pid, request.log), daemon=True).start()
+        threading.Thread(target=_watch, args=(request.watch, child.pid, request.log, request.exit),
+                         daemon=True).start()
     write_atomic(Path(request.pid), json.dumps({
         "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
         "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
@@ -182,6 +191,8 @@ def run(request: ShimRequest) -> int:
     _wait_for_leader(child.pid)
     _clean_up(child.pid)
     code = child.wait()
+    if lost_marker(request.exit).exists():
+        code = LOST_EXIT_CODE
     write_atomic(Path(request.exit), f"{code}\n")
     return 0
 
