@@ -131,19 +131,25 @@ class Server:
                 "--data-dir", str(data_dir), "--tick", "0.2", "--grace", "5", *args]
         self.log = data_dir.with_suffix(".server.log")
         self._out = open(self.log, "ab")  # noqa: SIM115 - the child writes it for its whole life
+        self._from = self.log.stat().st_size  # a restarted server appends: read only its own lines
         self.proc = subprocess.Popen(argv, env=self.env, stdout=self._out, stderr=subprocess.STDOUT)
         self.url = ""
         deadline = time.monotonic() + 120
         while not self.url:
-            text = self.log.read_text(errors="replace")
+            text = self.output()
             for line in text.splitlines():
                 if line.startswith("loadmaster server on "):
                     self.url = line.split(" on ", 1)[1].split()[0]
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError(f"the server did not start:\n{text[-4000:]}")
             time.sleep(0.1)
-        while "ready in" not in self.log.read_text(errors="replace"):
+        while "ready in" not in self.output():
             time.sleep(0.1)
+
+    def output(self) -> str:
+        with open(self.log, "rb") as f:
+            f.seek(self._from)
+            return f.read().decode(errors="replace")
 
     def http(self, token: str = ADMIN) -> httpx.Client:
         return httpx.Client(base_url=self.url, headers={"Authorization": f"Bearer {token}"}, timeout=60)

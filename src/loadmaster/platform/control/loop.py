@@ -366,6 +366,8 @@ class ControlLoop:
         events += self._pending_starts(now)
         events += drain_moves(ctx, self.membership.drained)
         self._route(events)
+        if any(ended.lost for ended in polled.ended):
+            self._follow_nodes(force=True)  # the lost node is down before anything is relaunched
 
     def _launches(self) -> list[ev.Event]:
         ctx = self.ctx
