@@ -12,8 +12,12 @@ indices there (which ones a learner sees: envvars.py, as for the local executor)
 How a Ray cluster maps to the nodes the control loop schedules on (ray_cluster() builds that Cluster):
 - a Ray node started with the label `loadmaster/node=NAME` (`ray start --labels=loadmaster/node=NAME`) is
   node NAME;
-- otherwise it is named by its hostname, or by its IP where hostnames repeat;
+- otherwise it is named by its hostname, or by its IP where hostnames repeat, or HOST-NODEID where both
+  repeat (raylets on one machine): two Ray nodes are never one;
 - `node_map` overrides both: {node name: Ray node id, IP, hostname or label value}.
+The cluster is alive: members() lists every node Ray knows, alive or dead, under names that stay while
+Ray lists the node (NodeNames), and the control loop follows it (control/membership.py). A learner whose
+node dies is reported lost (AttemptEnded.lost), which the loop counts as the platform's loss, not the job's.
 Paths: checkpoint, results and data directories are passed to the learners as they are, so they must be on
 storage every node sees at the same path (NFS, a bucket mount); the workdir must exist on every node, and
 loadmaster must be installed on every node (the host actor imports it). Logs and reports live in a scratch
@@ -118,8 +122,9 @@ def _wanted_name(n: RayNode, hostnames: Sequence[str], ips: Sequence[str]) -> st
 def node_names(nodes: Sequence[RayNode]) -> dict[str, RayNode]:
     """loadmaster's name for each Ray node: its label, else its hostname, else (hostnames repeat) its IP,
     else (both repeat) hostname-NODEID. Two nodes with one label: the second gets -NODEID too."""
-    hostnames = [n.hostname for n in nodes]
-    ips = [n.ip for n in nodes]
+    unlabelled = [n for n in nodes if not n.label]  # a labelled node leaves its hostname to the others
+    hostnames = [n.hostname for n in unlabelled]
+    ips = [n.ip for n in unlabelled]
     named: dict[str, RayNode] = {}
     for n in sorted(nodes, key=lambda n: n.node_id):
         name = _wanted_name(n, hostnames, ips)
@@ -148,7 +153,7 @@ class NodeNames:
         held = {name for i, name in self.by_id.items() if i in alive_ids}
         alive = [n for n in listed if n.alive]
         for n in sorted(new, key=lambda n: (not n.alive, n.node_id)):
-            peers = alive if n.alive else [*alive, n]
+            peers = [p for p in (alive if n.alive else [*alive, n]) if not p.label]
             wanted = _wanted_name(n, [p.hostname for p in peers], [p.ip for p in peers])
             if not n.alive:
                 if wanted not in held and wanted not in self.by_id.values():

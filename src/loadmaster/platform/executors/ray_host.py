@@ -164,7 +164,11 @@ class LearnerHost:
                      self.files.report(self.rank), lost_marker(self.files.exit(self.rank))):
             path.unlink(missing_ok=True)
         root = self.files.log_dir.parent
-        if not any(self.files.log_dir.glob("rank-*")) and not any(self.files.report_dir.glob("rank-*")):
+        try:
+            left = any(self.files.log_dir.glob("rank-*")) or any(self.files.report_dir.glob("rank-*"))
+        except FileNotFoundError:  # another learner of the attempt on this node removed it first
+            return
+        if not left:
             shutil.rmtree(root, ignore_errors=True)
 
 
