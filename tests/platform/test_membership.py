@@ -25,7 +25,7 @@ from tests.platform import api_fixtures
 from tests.platform.api_fixtures import Live
 from tests.platform.executor_helpers import wait_until
 
-sqlite_live = api_fixtures.sqlite_live
+live = api_fixtures.live
 PY = sys.executable
 
 
@@ -105,8 +105,7 @@ def test_master_port_pair_is_free_on_the_node_and_python_first_on_path(tmp_path:
     assert on_path({}, str(tmp_path / "missing")) == {}  # a node without that Python keeps its own
 
 
-def test_drain_moves_a_job_off_the_node_and_nothing_new_lands_there(sqlite_live: Live) -> None:
-    live = sqlite_live
+def test_drain_moves_a_job_off_the_node_and_nothing_new_lands_there(live: Live) -> None:
     token = live.tenant("vision", gpus=8)
     hold = [PY, "-c", "import time\nfrom loadmaster import runtime\nruntime.init()\n"
                       "while not runtime.should_preempt():\n    time.sleep(0.05)\n"]
