@@ -23,6 +23,7 @@ ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.slow
 
 LEARNER = str(Path(__file__).with_name("control_learner.py"))
+REPO = Path(__file__).resolve().parents[2]
 GPUS = 4  # per worker
 
 
@@ -208,3 +209,30 @@ def test_server_and_worker_die_together_one_attempt_then_nothing_left(cluster: R
     finally:
         server.stop()
         _restore(cluster)
+
+
+def test_ddp_digits_trains_across_two_ray_nodes_as_shipped(cluster: RayCluster, tmp_path: Path) -> None:
+    pytest.importorskip("torch")
+    pytest.importorskip("sklearn")
+    import yaml
+
+    manifest = yaml.safe_load((REPO / "examples" / "ddp_digits" / "job.yaml").read_text())
+    # the shipped command (`python ...`), over two Ray nodes: a learner per worker (fake GPUs, CPU torch)
+    manifest.update(workdir=str(REPO), resources={"gpus": 1, "cpus": 1, "memory_gb": 2},
+                    placement={"strategy": "spread"})
+    manifest["command"] = [*manifest["command"][:2], "--epochs", "2"]
+    server = Server(cluster, tmp_path / "data")
+    try:
+        token = server.tenant("vision", 8)
+        job_id = _submit(server, token, **manifest)
+        running = server.wait(token, job_id, "PROCESSING", until=lambda j: bool(_nodes_of(j)))
+        assert sorted(_nodes_of(running)) == ["w1", "w2"]
+        done = server.wait(token, job_id, "COMPLETED", timeout_s=240)
+        assert [a["outcome"] for a in done["attempt_history"]] == ["succeeded"]
+        with server.http(token) as c:
+            logs = c.get(f"/api/v1/jobs/{job_id}/logs").json()
+        text = "\n".join(line for r in logs["ranks"] for line in r["lines"])
+        assert "No module named" not in text
+        _nothing_left(job_id)
+    finally:
+        server.stop()
