@@ -152,3 +152,17 @@ def test_the_master_port_range_is_checked_with_a_clear_error() -> None:
     for bad in ("29500", "a-b", "30000-29500", "10-11"):
         with pytest.raises(ServerError, match=r"LOADMASTER_MASTER_PORTS=.*give a port range LOW-HIGH"):
             _port_range(bad, (1, 3))
+
+
+def test_a_joined_node_is_free_capacity_and_a_down_node_has_none() -> None:
+    from loadmaster.core.cluster import Cluster, Node
+    from loadmaster.platform.control.snapshot import SnapshotBuilder
+
+    one = Cluster((Node("a", 4, 8.0, 32.0),), name="ray")
+    builder = SnapshotBuilder(one)
+    two = Cluster((*one.nodes, Node("b", 2, 4.0, 16.0)), name="ray")
+    builder.grow(two)
+    snap = builder.build(0.0, {})
+    assert list(snap.free_gpus) == [4.0, 2.0] and builder.node_index == {"a": 0, "b": 1}
+    builder.down = [0]  # dead or drained: nothing may be placed there
+    assert list(builder.build(0.0, {}).free_gpus) == [0.0, 2.0]
