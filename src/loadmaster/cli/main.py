@@ -40,7 +40,7 @@ app = typer.Typer(
 app.command("server")(server.server)
 app.add_typer(job.app, name="job")
 app.command("queue")(queue.queue)
-app.command("cluster")(cluster.cluster)
+app.add_typer(cluster.app, name="cluster")
 app.add_typer(tenant.app, name="tenant")
 # The platform and the simulator together: a bundled trace replayed live, beside its simulation.
 app.command("demo")(demo.demo)

@@ -163,6 +163,9 @@ class Client:
     def cluster(self) -> Any:
         return self.request("GET", f"{API}/cluster")
 
+    def drain(self, node: str, *, undo: bool = False) -> Any:
+        return self.request("POST", f"{API}/cluster/nodes/{node}/{'undrain' if undo else 'drain'}")
+
     def tenants(self) -> list[Any]:
         return list(self.request("GET", f"{API}/tenants")["tenants"])
 

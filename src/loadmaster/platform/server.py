@@ -43,6 +43,7 @@ log = logging.getLogger("loadmaster.server")
 
 EXECUTORS = ("local", "ray")
 ADMIN_ENV = "LOADMASTER_ADMIN_TOKEN"
+MASTER_PORTS_ENV = "LOADMASTER_MASTER_PORTS"  # Ray: the range rank 0's node picks MASTER_PORT from
 
 
 class ServerError(ValueError):
@@ -136,13 +137,30 @@ class DataDirLock:
 def _ray(options: ServerOptions, env: Mapping[str, str]) -> tuple[Cluster, Executor]:
     import ray
 
-    from loadmaster.platform.executors.ray import NAMESPACE, RayExecutor, ray_cluster
+    from loadmaster.core.cluster import Node
+    from loadmaster.platform.executors.ray import MASTER_PORTS, NAMESPACE, RayExecutor
 
     if not ray.is_initialized():
         # RAY_ADDRESS, a running local cluster, or a new local instance (ray.init's own rules).
         ray.init(namespace=NAMESPACE, log_to_driver=False)
-    cluster = ray_cluster()
-    return cluster, RayExecutor(address=env.get("RAY_ADDRESS"), failure_grace_s=options.grace_s)
+    executor = RayExecutor(address=env.get("RAY_ADDRESS"), failure_grace_s=options.grace_s,
+                           master_ports=_port_range(env.get(MASTER_PORTS_ENV), MASTER_PORTS))
+    # The cluster at start: every node Ray lists, dead ones included (their open attempts are recovered
+    # and ended as lost); from then on it follows Ray's node table (control/membership.py).
+    cluster = Cluster(tuple(Node(m.name, m.gpus, m.cpus, m.mem_gb, gpu_type=m.gpu_type, rack=m.name)
+                            for m in executor.members()), name="ray")
+    return cluster, executor
+
+
+def _port_range(text: str | None, default: tuple[int, int]) -> tuple[int, int]:
+    """LOW-HIGH (HIGH excluded) for the learners' MASTER_PORT pairs."""
+    if not text:
+        return default
+    low, sep, high = text.partition("-")
+    if not (sep and low.strip().isdigit() and high.strip().isdigit() and 0 < int(low) < int(high) - 1 <= 65535):
+        raise ServerError(f"{MASTER_PORTS_ENV}={text!r}: give a port range LOW-HIGH, e.g. 29500-30000 (HIGH "
+                          "excluded, at least 2 ports)")
+    return int(low), int(high)
 
 
 @dataclass
@@ -191,7 +209,8 @@ class Platform:
                 store.close()
             lock.release()
             raise
-        ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry)
+        ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry,
+                         nodes=loop.membership)
         app = create_app(ctx)
         if options.dashboard:
             from loadmaster.web import mount_dashboard

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -43,6 +43,28 @@ class LoopLink(Protocol):
     def queue_entry(self, job_id: str) -> QueueEntryLike | None: ...
     def queue_made_at(self) -> float: ...
     def health(self) -> tuple[bool, float | None]: ...
+    def nodes_changed(self) -> None: ...
+
+
+class NodesLink(Protocol):
+    """The live cluster (control/membership.Membership): nodes that joined, and the state of each."""
+
+    @property
+    def cluster(self) -> Cluster: ...
+    def states(self) -> Mapping[str, NodeStateLike]: ...
+
+
+class NodeStateLike(Protocol):
+    @property
+    def state(self) -> str: ...
+    @property
+    def node_id(self) -> str: ...
+    @property
+    def address(self) -> str: ...
+    @property
+    def labels(self) -> dict[str, str]: ...
+    @property
+    def last_seen_at(self) -> float | None: ...
 
 
 class Authenticator:
@@ -95,6 +117,7 @@ class ApiContext:
     # Submissions wake the control loop at most this often (a burst of them costs a few rounds, not one each).
     submit_wake_interval_s: float = 0.5
     metrics: CollectorRegistry | None = None  # the control loop's (GET /metrics)
+    nodes: NodesLink | None = None  # the live cluster; None: `cluster` as given, every node alive
 
     submissions: GroupCommit[JobSummary] = field(init=False)
 
@@ -105,3 +128,7 @@ class ApiContext:
     def wake(self) -> None:
         if self.loop is not None:
             self.loop.wake()
+
+    def live_cluster(self) -> Cluster:
+        """The cluster as it is now (nodes join a Ray cluster while the server runs)."""
+        return self.nodes.cluster if self.nodes is not None else self.cluster

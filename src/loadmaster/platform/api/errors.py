@@ -59,7 +59,7 @@ _DESCRIPTIONS = {
     400: "The request body cannot be read (not JSON or YAML).",
     401: "No token, or a token the server does not know.",
     403: "The token may not do this (tenants' verbs versus the admin's).",
-    404: "No such job or tenant for this token.",
+    404: "No such job, tenant or node for this token.",
     409: "The job's status does not allow this now.",
     413: "The request body is too large.",
     415: "Unsupported Content-Type.",

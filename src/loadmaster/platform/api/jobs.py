@@ -84,7 +84,7 @@ def _submitter(who: Principal, tenant: str | None) -> tuple[int, str, int | None
 
 
 def _admit(ctx: ApiContext, manifest: JobManifest, tenant: str, max_gpus: int | None) -> None:
-    rejection = admission.admit(manifest, tenant, max_gpus, ctx.cluster)
+    rejection = admission.admit(manifest, tenant, max_gpus, ctx.live_cluster())
     if rejection is not None:
         raise ApiError(422, f"rejected: {rejection.field}: {rejection.reason}", [(rejection.field, rejection.reason)])
 

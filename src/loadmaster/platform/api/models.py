@@ -228,6 +228,17 @@ class NodeOut(BaseModel):
     mem_gb: float
     mem_used_gb: float
     jobs: list[str]  # running jobs on this node that the token may see
+    state: str = "alive"  # alive, dead (left the cluster) or draining (nothing new lands there)
+    node_id: str = ""  # the executor's id of the node (Ray's node id); "" for the local executor
+    address: str = ""
+    labels: dict[str, str] = {}
+    last_heartbeat_at: float | None = None  # when the executor last found it alive
+
+
+class DrainOut(BaseModel):
+    node: str
+    state: str
+    draining: list[str]  # every drained node
 
 
 class RunningJobOut(BaseModel):

@@ -41,6 +41,7 @@ from loadmaster.platform.control.allocation import Bookings
 from loadmaster.platform.control.batch import Batch, commit
 from loadmaster.platform.control.context import Context
 from loadmaster.platform.control.launcher import Launcher
+from loadmaster.platform.control.membership import Membership, drain_moves
 from loadmaster.platform.control.metrics import Gauges, LoopMetrics
 from loadmaster.platform.control.recovery import recover
 from loadmaster.platform.control.reports import QueueEntry, RecoveryReport, TickReport
@@ -51,7 +52,7 @@ from loadmaster.platform.control.state import Phase, StopIntent, StopKind
 from loadmaster.platform.control.stopping import runtime_exceeded
 from loadmaster.platform.control.table import JobTable, read_tenants
 from loadmaster.platform.estimates import Estimator
-from loadmaster.platform.executors.base import Executor
+from loadmaster.platform.executors.base import Executor, MembershipSource
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store, transient
 from loadmaster.platform.store.models import Job, Tenant
@@ -108,7 +109,7 @@ class ControlLoop:
                  tick_s: float = 0.5, grace_s: float = 10.0, default_duration_s: float = DEFAULT_DURATION_S,
                  progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
                  estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
-                 stuck_after_s: float | None = None, coalesce_s: float = 0.02) -> None:
+                 stuck_after_s: float | None = None, coalesce_s: float = 0.02, nodes_every_s: float = 1.0) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
@@ -122,6 +123,9 @@ class ControlLoop:
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
                            progress_flush_s=progress_flush_s)
         self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
+        # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
+        self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,
+                                     store, every_s=nodes_every_s)
         self.estimator: Estimator | None = Estimator(store, interval_s=estimate_interval_s,
                                                      horizon_s=estimate_horizon_s, clock=clock) if estimates else None
         self.last_tick: TickReport | None = None
@@ -151,6 +155,7 @@ class ControlLoop:
         with self._lock:
             if self._recovered is None:
                 self._sync()
+                self._follow_nodes(force=True)
                 self._recovered = recover(self.ctx)
                 self._reconcile(self.ctx.clock())
                 log.info("recovered: %s", self._recovered)
@@ -274,6 +279,8 @@ class ControlLoop:
                 self.recover()
                 stage = "sync"
                 report.read = self._sync()
+                stage = "nodes"
+                self._follow_nodes()
                 stage = "collect"
                 self._collect(now)
                 if now >= self._reconcile_at:
@@ -326,6 +333,27 @@ class ControlLoop:
         ctx.load_manifests(delta.changed)
         return delta.read
 
+    def _follow_nodes(self, force: bool = False) -> None:
+        """The cluster follows the executor's nodes and the drains (membership.py): decide again when it
+        changed, with joined nodes schedulable and dead or drained ones not, in this very round."""
+        m, ctx = self.membership, self.ctx
+        if not m.refresh(force=force):
+            return
+        if m.cluster is not ctx.cluster:
+            ctx.cluster = m.cluster
+            ctx.node_index = {n.name: i for i, n in enumerate(m.cluster.nodes)}
+            self.builder.grow(m.cluster)
+            log.info("cluster now %s", m.cluster.describe())
+        self.builder.down = sorted(ctx.node_index[name] for name in m.down)
+        self.builder.reset_session()  # what the Session knew of where jobs fit no longer holds
+        ctx.dirty = True
+
+    def nodes_changed(self) -> None:
+        """A drain or undrain was stored: read it in the next round."""
+        with self._lock:
+            self._follow_nodes(force=True)
+        self.wake()
+
     def _collect(self, now: float) -> None:
         """What happened since the last round, routed in one transaction."""
         ctx = self.ctx
@@ -347,7 +375,10 @@ class ControlLoop:
             if intent is not None:
                 events.append(ev.Stop(run.job_id, intent))
         events += self._pending_starts(now)
+        events += drain_moves(ctx, self.membership.drained)
         self._route(events)
+        if any(ended.lost for ended in polled.ended):
+            self._follow_nodes(force=True)  # the lost node is down before anything is relaunched
 
     def _launches(self) -> list[ev.Event]:
         ctx = self.ctx

@@ -86,6 +86,9 @@ def of_end(ended: AttemptEnded, stop: StopIntent | None, log_tail: str) -> Outco
     if ended.succeeded:
         return Succeeded(ended.exits)
     failing = failing_learner(ended)
+    if ended.lost and (failing is None or failing.rank in ended.lost):
+        ranks = ", ".join(str(r) for r in ended.lost)
+        return Lost(f"learner(s) {ranks} lost with their node", ended.exits)
     if ended.stopped and failing is None:
         return Failed(Classification(C.INFRASTRUCTURE, "stopped from outside the control loop"), ended.exits)
     return Failed(classify(ended, log_tail), ended.exits)

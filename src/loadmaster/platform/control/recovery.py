@@ -33,6 +33,7 @@ from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.control.router import route_all
 from loadmaster.platform.control.starting import attempt_spec, prior_runtime
 from loadmaster.platform.control.state import Phase, RunState, StopIntent
+from loadmaster.platform.executors.base import LiveAttempt
 from loadmaster.platform.store.models import Attempt, Job
 
 S = JobStatus
@@ -101,6 +102,10 @@ def adopt(ctx: Context, found: OpenAttempt) -> tuple[RunState | None, ev.Event |
     if alloc is not None and ctx.executor.reattach(spec, found.handle):
         run.running_since = found.run_started_at or found.started_at
         return run, ev.Adopted(run, found.status, found.handle is None)
+    if alloc is None:
+        # Its nodes are not all in the cluster any more (a node vanished, --nodes changed): what survives
+        # of the gang elsewhere must not run beside the job's next attempt.
+        ctx.executor.terminate(LiveAttempt(found.job_id, found.number))
     if stop is not None:
         # What was asked for (halt, cancel, preemption) is done: nothing runs.
         return None, ev.End(found.job_id, found.number, Stopped(stop), run)

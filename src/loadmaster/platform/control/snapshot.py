@@ -101,6 +101,16 @@ class SnapshotBuilder:
         self._session: Session | None = None
         self._session_full = False
         self._moving: set[str] = set()
+        self.down: list[int] = []  # nodes nothing may be placed on (dead or drained): no free capacity
+
+    def grow(self, cluster: Cluster) -> None:
+        """Nodes joined (appended: the indices of the others stay): their whole capacity is free."""
+        added = slice(len(self.cluster.nodes), len(cluster.nodes))
+        self._gpus = np.concatenate([self._gpus, cluster.gpu_capacity[added].astype(np.float64)])
+        self._cpus = np.concatenate([self._cpus, cluster.cpu_capacity[added].astype(np.float64)])
+        self._mem = np.concatenate([self._mem, cluster.mem_capacity[added].astype(np.float64)])
+        self.cluster = cluster
+        self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
 
     # -- keeping the views -------------------------------------------------------------------------------
     def update(self, job_id: str, inputs: JobInputs | None) -> None:
@@ -198,6 +208,8 @@ class SnapshotBuilder:
         # The Session counts queued jobs per tenant: DRF need not walk the queue for them. A tuple behind a
         # partial, so that the snapshot stays picklable (the queue estimator's copy).
         tenants = partial(tuple, self._session.queued_tenants()) if self._session is not None else None
+        for array in free:
+            array[self.down] = 0.0
         return Snapshot.build(now, self.cluster, *free, tuple(self.queued.values()), tuple(self.running.values()),
                               quotas, tenant_gpus={t: g for t, g in self._tenant_gpus.items() if g},
                               queued_tenants=tenants)

@@ -34,7 +34,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +76,7 @@ class AttemptEnded:
     exits: tuple[LearnerExit, ...]
     stopped: bool  # True if stop() was called for it (preemption, halt, cancel), whatever the codes
     first_failure: LearnerExit | None  # the first learner to fail, whose exit ended the gang
+    lost: tuple[int, ...] = ()  # ranks whose node left the cluster under them (the platform's loss, not the job's)
 
     @property
     def succeeded(self) -> bool:
@@ -115,6 +116,30 @@ class LiveAttempt:
     job_id: str
     attempt: int
     processes: tuple[tuple[int, str], ...] = ()  # (pid, start token) of each learner's process group leader
+
+
+@dataclass(frozen=True, slots=True)
+class Member:
+    """One node of a cluster whose membership changes (nodes join, die, come back): an executor's view."""
+
+    name: str  # the node's name in the cluster the loop schedules on (stable while the node lives)
+    node_id: str  # the executor's own id of it (Ray's node id): two nodes are never one
+    alive: bool
+    address: str
+    labels: Mapping[str, str]
+    gpus: int
+    cpus: float
+    mem_gb: float
+    gpu_type: str
+    last_seen_at: float | None  # when the executor last found it alive (unix time)
+
+
+@runtime_checkable
+class MembershipSource(Protocol):
+    """An executor whose nodes come and go (Ray): the control loop follows members() every round or two."""
+
+    def members(self) -> list[Member]:
+        """Every node known, alive or dead; at most one alive member per name."""
 
 
 class Executor(Protocol):

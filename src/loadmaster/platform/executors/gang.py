@@ -53,6 +53,7 @@ class Gang:
     stop_reason: str | None = None  # set once the stop protocol runs
     kill_at: float | None = None
     killed: bool = False  # SIGKILL has been sent to the learners alive at kill_at
+    lost: set[int] = field(default_factory=set)  # ranks whose node left the cluster
 
     @property
     def done(self) -> bool:
@@ -114,6 +115,7 @@ class Gang:
             exits=tuple(LearnerExit(r, self.exits[r]) for r in sorted(self.exits)),
             stopped=self.stopped,
             first_failure=self.first_failure,
+            lost=tuple(sorted(self.lost)),
         )
 
 

@@ -17,9 +17,12 @@ server (or of a Ray actor) and still records how its learner ended. The shim:
   (subprocess' convention);
 - with "lock" and "fence" in the request, holds the lock file (flock) for its whole life and runs nothing
   if the fence file exists once it holds it: a restarted server that found no trace of this rank fenced
-  the attempt (executors/files.py), and a shim that comes up late must not run it beside its retry.
+  the attempt (executors/files.py), and a shim that comes up late must not run it beside its retry;
+- with "watch" (processes named by pid and start token: a Ray host actor and its raylet), stops its
+  learner once any of them is gone: on a Ray node, the node's raylet is what makes the learner reachable
+  and accounted for, so a learner must not outlive it (SIGTERM, SIGKILL WATCH_GRACE_S later).
 The request: {"argv": [...], "workdir": str, "env": {overlay}, "log": path, "exit": path, "pid": path,
-"lock": path or null, "fence": path or null}.
+"lock": path or null, "fence": path or null, "watch": [[pid, start], ...]}.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,11 +43,14 @@ from typing import Any
 
 from loadmaster.platform.executors.envvars import child_env
 from loadmaster.platform.executors.files import write_atomic
-from loadmaster.platform.executors.procs import boot_id, start_token
+from loadmaster.platform.executors.gang import LOST_EXIT_CODE
+from loadmaster.platform.executors.procs import boot_id, is_running, start_token
 from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, kill_descendants, send
 
 CANNOT_START = 127
 FENCED = 126
+WATCH_INTERVAL_S = 0.5  # how often a watching shim checks that its host and raylet still run
+WATCH_GRACE_S = 2.0  # SIGTERM -> SIGKILL for a learner whose node went away (nobody waits for its checkpoint)
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,17 +63,19 @@ class ShimRequest:
     pid: str
     lock: str | None = None
     fence: str | None = None
+    watch: tuple[tuple[int, str], ...] = ()  # (pid, start token): the learner stops when one is gone
 
     def to_json(self) -> str:
         return json.dumps({"argv": list(self.argv), "workdir": self.workdir, "env": self.env,
                            "log": self.log, "exit": self.exit, "pid": self.pid, "lock": self.lock,
-                           "fence": self.fence})
+                           "fence": self.fence, "watch": [list(w) for w in self.watch]})
 
     @staticmethod
     def from_json(text: str) -> ShimRequest:
         data: dict[str, Any] = json.loads(text)
+        watch = tuple((int(pid), str(start)) for pid, start in data.get("watch") or ())
         return ShimRequest(tuple(data["argv"]), data["workdir"], dict(data["env"]), data["log"],
-                           data["exit"], data["pid"], data.get("lock"), data.get("fence"))
+                           data["exit"], data["pid"], data.get("lock"), data.get("fence"), watch)
 
 
 def _hold_lock(request: ShimRequest) -> bool:
@@ -136,6 +145,24 @@ def _clean_up(leader: int, patience_s: float = 10.0) -> None:
         time.sleep(0.01)
 
 
+def lost_marker(exit_path: str | Path) -> Path:
+    """Written beside the exit file when the learner was stopped because its node went away: however it
+    exited (a learner may exit 0 on SIGTERM), the attempt lost it, and the exit code says so."""
+    return Path(exit_path).with_suffix(".lost")
+
+
+def _watch(watched: tuple[tuple[int, str], ...], pgid: int, log_path: str, exit_path: str) -> None:
+    """Stop the learner once a watched process is gone (a thread beside the wait for the learner)."""
+    while all(is_running(pid, start) for pid, start in watched):
+        time.sleep(WATCH_INTERVAL_S)
+    write_atomic(lost_marker(exit_path), "lost\n")
+    with open(log_path, "ab") as log:
+        log.write(b"\nloadmaster: the learner's Ray host or raylet is gone; stopping the learner\n")
+    _signal_all(pgid, signal.SIGTERM)
+    time.sleep(WATCH_GRACE_S)
+    _signal_all(pgid, signal.SIGKILL)
+
+
 def run(request: ShimRequest) -> int:
     become_subreaper()
     forwarder = _Forwarder()
@@ -154,6 +181,9 @@ def run(request: ShimRequest) -> int:
             print(f"loadmaster: cannot start {request.argv[0]!r} in {request.workdir!r}: {exc}", file=sys.stderr)
             return CANNOT_START
     forwarder.started(child.pid)
+    if request.watch:
+        threading.Thread(target=_watch, args=(request.watch, child.pid, request.log, request.exit),
+                         daemon=True).start()
     write_atomic(Path(request.pid), json.dumps({
         "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
         "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
@@ -161,6 +191,8 @@ def run(request: ShimRequest) -> int:
     _wait_for_leader(child.pid)
     _clean_up(child.pid)
     code = child.wait()
+    if lost_marker(request.exit).exists():
+        code = LOST_EXIT_CODE
     write_atomic(Path(request.exit), f"{code}\n")
     return 0
 

@@ -143,3 +143,13 @@ class Estimate(Base):
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id", ondelete="CASCADE"), index=True)
     made_at: Mapped[float] = mapped_column(Float)
     estimated_start_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: not within horizon
+
+
+class NodeDrain(Base):
+    """A node an operator drained (`loadmaster cluster drain NODE`): nothing new lands there, and what runs
+    there moves off it. Kept across restarts until undrained."""
+
+    __tablename__ = "node_drains"
+
+    node: Mapped[str] = mapped_column(String(255), primary_key=True)
+    drained_at: Mapped[float] = mapped_column(Float)

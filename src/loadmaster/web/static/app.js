@@ -261,8 +261,9 @@
         const used = i < n.gpus_used;
         cells.push(el("span", { class: `gpu${used ? " used" : ""}`, title: `${n.name} GPU ${i}: ${used ? "in use" : "free"}` }));
       }
-      return el("div", { class: "node", "data-node": n.name },
-        el("div", { class: "name" }, n.name),
+      const down = n.state && n.state !== "alive";  // dead (left the cluster) or draining: nothing lands there
+      return el("div", { class: `node${down ? " down" : ""}`, "data-node": n.name, "data-state": n.state || "alive" },
+        el("div", { class: "name" }, down ? `${n.name} (${n.state})` : n.name),
         el("div", { class: "count" }, `${n.gpus_used}/${n.gpus} GPUs used · ${n.gpus_free} free`),
         el("div", { class: "gpus" }, cells),
         el("div", { class: "res" }, `${fmtNum(n.cpus_used)}/${fmtNum(n.cpus)} CPUs · ${fmtNum(n.mem_used_gb)}/${fmtNum(n.mem_gb)} GB`),
