@@ -156,10 +156,11 @@ def test_admin_sees_every_tenant_with_quota_and_usage(page: WebDriver, tenants: 
                                      for r in d.find_elements(By.CSS_SELECTOR, "#tenants tbody tr[data-tenant]")})
     assert set(rows) >= {"alpha", "beta"}
     assert rows["alpha"].split()[:3] == ["alpha", "8", "0"]  # name, GPU quota, borrowing limit
-    tenants_of_jobs = {r.find_elements(By.TAG_NAME, "td")[3].text
-                       for r in page.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")}
+    # The jobs and cluster panels load on their own requests: wait for them rather than read them at once.
+    tenants_of_jobs = wait_for(page, lambda d: {r.find_elements(By.TAG_NAME, "td")[3].text
+                                                for r in d.find_elements(By.CSS_SELECTOR, "#jobs tbody tr[data-job]")})
     assert tenants_of_jobs == {"alpha", "beta"}
-    nodes = page.find_elements(By.CSS_SELECTOR, "#cluster .node")
+    nodes = wait_for(page, lambda d: d.find_elements(By.CSS_SELECTOR, "#cluster .node"))
     assert [n.get_attribute("data-node") for n in nodes] and all(
         len(n.find_elements(By.CSS_SELECTOR, ".gpu")) == 4 for n in nodes)
 
