@@ -19,7 +19,7 @@ from loadmaster.platform.api.batching import GroupCommit, Throttled
 from loadmaster.platform.api.models import JobSummary
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
-from loadmaster.platform.store.tenants import Principal, authenticate, hash_token
+from loadmaster.platform.store.tenants import Principal, authenticate
 
 
 class QueueEntryLike(Protocol):
@@ -46,39 +46,17 @@ class LoopLink(Protocol):
 
 
 class Authenticator:
-    """Token -> Principal, with a short-lived memo so that a burst of submissions costs no lookups.
+    """Token -> Principal: one indexed read of the store per request, deliberately without a memo, so that a
+    token revoked, rotated, expired or deleted by hand fails at its very next request (and changed limits
+    apply at once)."""
 
-    Tokens are never revoked while a server runs, and quotas change only through this API, which calls
-    forget_tenants(): so the memo never answers with stale limits. The TTL bounds its size and the time a
-    token deleted from the database by hand keeps working.
-    """
-
-    def __init__(self, store: Store, ttl_s: float = 30.0, max_entries: int = 10_000) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.ttl_s = ttl_s
-        self.max_entries = max_entries
-        self._memo: dict[str, tuple[float, Principal]] = {}
-        self._lock = threading.Lock()
+        self.clock = clock
 
     def principal(self, token: str) -> Principal | None:
-        key = hash_token(token)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._memo.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
         with self.store.session() as s:
-            found = authenticate(s, token)
-        if found is not None:
-            with self._lock:
-                if len(self._memo) >= self.max_entries:
-                    self._memo.clear()
-                self._memo[key] = (now + self.ttl_s, found)
-        return found
-
-    def forget_tenants(self) -> None:
-        with self._lock:
-            self._memo.clear()
+            return authenticate(s, token, self.clock())
 
 
 @dataclass
@@ -99,7 +77,7 @@ class ApiContext:
     submissions: GroupCommit[JobSummary] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.auth = Authenticator(self.store)
+        self.auth = Authenticator(self.store, self.clock)
         self.submissions = GroupCommit(self.store, Throttled(self.wake, self.submit_wake_interval_s))
 
     def wake(self) -> None:
