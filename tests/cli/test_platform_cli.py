@@ -56,7 +56,7 @@ def test_tenants_by_the_admin(server: Live) -> None:
     assert code == 2 and "exists already" in out
     code, out = run(server, "tenant", "create", "nope", "--gpus", "1", token=token)  # a tenant's token
     assert code == 2 and "only the admin token" in out
-    second = run_json(server, "tenant", "token", "vision", admin=True)["token"]
+    second = run_json(server, "tenant", "token", "issue", "vision", admin=True)["token"]
     assert run_json(server, "job", "list", token=second) == []
 
 

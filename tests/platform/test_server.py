@@ -19,7 +19,10 @@ from typer.testing import CliRunner
 
 from loadmaster.cli.main import app
 
-SERVER = [sys.executable, "-m", "loadmaster.cli.main", "server"]
+# Learners run the test's own Python: as the server's user, unconfined (tests/platform/test_isolation.py
+# tests the isolation).
+SERVER = [sys.executable, "-m", "loadmaster.cli.main", "server", "--sandbox", "none", "--no-tenant-users",
+          "--insecure-shared-user"]
 
 
 class Proc:

@@ -121,11 +121,12 @@ def copy_as(run_as: RunAs | None, kind: str, url: str, local: Path) -> Staged:
     tenant may not read, nor write where the tenant may not)."""
     if run_as is None:
         return stage_in(url, local) if kind == "download" else stage_out(local, url)
-    request = json.dumps({"kind": kind, "url": url, "local": str(local)})
+    request = json.dumps({"kind": kind, "url": url, "local": str(local), "uid": run_as.uid, "gid": run_as.gid})
     env = {"PATH": os.defpath, "LANG": "C.UTF-8", "HOME": str(local)}
+    # The child starts as the server's user (the interpreter may live where only it can read, like /root) and
+    # gives up its rights before it touches a path of the request.
     done = subprocess.run([sys.executable, "-m", "loadmaster.platform.staging"], input=request.encode(),
-                          capture_output=True, env=env, cwd="/", user=run_as.uid, group=run_as.gid, extra_groups=[],
-                          check=False, timeout=24 * 3600)
+                          capture_output=True, env=env, cwd="/", check=False, timeout=24 * 3600)
     try:
         answer = json.loads(done.stdout.decode() or "null")
     except ValueError:
@@ -140,6 +141,11 @@ def copy_as(run_as: RunAs | None, kind: str, url: str, local: Path) -> Staged:
 
 def _child() -> int:
     request = json.loads(sys.stdin.read())
+    import fsspec.implementations.local  # type: ignore[import-untyped]  # noqa: F401  # before giving up rights
+
+    os.setgroups([])
+    os.setgid(int(request["gid"]))
+    os.setuid(int(request["uid"]))
     try:
         staged = copy_as(None, request["kind"], request["url"], Path(request["local"]))
     except StagingError as err:

@@ -219,10 +219,7 @@ class JobTenancy:
 
     def binds(self) -> tuple[tuple[str, bool], ...]:
         """The directories beside the job's own that its sandbox shows: (path, writable)."""
-        out = [(str(self.area.home), True), *((r.path, r.writable) for r in self.area.roots)]
-        if self.paths is not None:
-            out.append((self.paths.workdir, False))  # inside one of the above, or the job's own directory
-        return tuple(out)
+        return ((str(self.area.home), True), *((r.path, r.writable) for r in self.area.roots))
 
 
 def job_tenancy(dirs: JobDirs, isolation: Isolation, job_id: str, manifest: JobManifest, tenant: str,

@@ -20,6 +20,7 @@ from loadmaster.platform.api.models import JobSummary
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.tenants import Principal, authenticate
+from loadmaster.platform.tenancy import Isolation
 
 
 class QueueEntryLike(Protocol):
@@ -73,6 +74,9 @@ class ApiContext:
     # Submissions wake the control loop at most this often (a burst of them costs a few rounds, not one each).
     submit_wake_interval_s: float = 0.5
     metrics: CollectorRegistry | None = None  # the control loop's (GET /metrics)
+    # The server's isolation (reported by /health; without a sandbox a second tenant needs the admin's
+    # --insecure-shared-user); None: an API without a server (tools, tests of the API alone).
+    isolation: Isolation | None = None
 
     submissions: GroupCommit[JobSummary] = field(init=False)
 

@@ -317,6 +317,10 @@ class Health(BaseModel):
     scheduler: bool  # a control loop is attached
     last_round_age_s: float | None = None  # seconds since the control loop's last completed round
     detail: str = ""
+    # How tenants are kept apart below the API: learners sandboxed (bubblewrap), run as tenants' own users.
+    sandbox: bool | None = None
+    tenant_users: bool | None = None
+    isolation: str = ""
 
 
 def gpus_per_learner(job: Job) -> int:

@@ -88,6 +88,18 @@ def tenants(ctx: Ctx, who: Who) -> TenantList:
         return TenantList(tenants=_out(s, rows))
 
 
+def _second_tenant_gate(ctx: ApiContext) -> None:
+    iso = ctx.isolation
+    if iso is None or iso.sandbox is not None or iso.insecure_shared_user:
+        return
+    with ctx.store.session() as s:
+        if s.scalar(select(func.count()).select_from(Tenant)):
+            raise ApiError(409, "this server has no sandbox (bubblewrap is not installed or cannot run here): a "
+                                "second tenant's jobs could read and change the first's files; install bubblewrap "
+                                "and restart the server, or restart it with --insecure-shared-user to accept that",
+                           [("name", "a second tenant needs a sandbox or --insecure-shared-user")])
+
+
 def _os_user(ctx: ApiContext, name: str | None) -> tuple[str, int, int] | None:
     if name is None:
         return None
@@ -102,6 +114,7 @@ def _os_user(ctx: ApiContext, name: str | None) -> tuple[str, int, int] | None:
              summary="Create a tenant; the answer carries its first user's API token, shown this once")
 def create(body: TenantIn, ctx: Ctx, who: Admin) -> TenantCreated:
     mapped = _os_user(ctx, body.os_user)
+    _second_tenant_gate(ctx)
     try:
         with ctx.store.session() as s:
             tenant, token = create_tenant(s, body.name, body.gpus, body.borrow, ctx.clock(), user=body.user,

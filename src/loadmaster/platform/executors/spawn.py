@@ -3,6 +3,7 @@ executor and the Ray host actor, which both are the shims' parents (or adopt the
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -63,6 +64,7 @@ def signal_learners(records: Iterable[ShimRecord], signum: int) -> None:
 def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
     """Start the shim in a new session (it survives our death) with its stderr on the learner's log."""
     with open(request.log, "ab") as log:
+        os.fchmod(log.fileno(), 0o600)  # the learner's output is its tenant's business (and the server's)
         popen = subprocess.Popen(
             [sys.executable, "-m", "loadmaster.platform.executors.shim"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
