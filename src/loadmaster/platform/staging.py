@@ -105,6 +105,10 @@ def stage_out(src: Path, url: str) -> Staged:
     fs, path = _filesystem(url, "results")
     src.mkdir(parents=True, exist_ok=True)  # a job that wrote no results still gets its (empty) target
     _no_links(_filesystem(str(src), "results")[0], str(src), "results", str(src))
+    # A link already in the target would be written through (where it points: another tenant's files when all
+    # tenants share the server's OS user).
+    if fs.exists(path):
+        _no_links(fs, path, "results", url)
     try:
         fs.makedirs(path, exist_ok=True)
         if any(src.iterdir()):

@@ -116,7 +116,7 @@ def create(body: TenantIn, ctx: Ctx, who: Admin) -> TenantCreated:
     mapped = _os_user(ctx, body.os_user)
     _second_tenant_gate(ctx)
     try:
-        with ctx.store.session() as s:
+        with ctx.store.session(for_update=True) as s:
             tenant, token = create_tenant(s, body.name, body.gpus, body.borrow, ctx.clock(), user=body.user,
                                           os_user=mapped)
             record(s, who.actor, "tenant.create", body.name, f"gpus={body.gpus} borrow={body.borrow} "
@@ -136,7 +136,7 @@ def update_quota(name: TenantName, body: QuotaIn, ctx: Ctx, who: Admin) -> Tenan
             check_roots(roots)
         except ManifestError as err:
             raise ApiError(422, str(err), list(err.problems)) from None
-    with ctx.store.session() as s:
+    with ctx.store.session(for_update=True) as s:
         tenant = set_quota(s, name, body.gpus, body.borrow,
                            clear_borrow_limit="borrow" in body.model_fields_set and body.borrow is None)
         if roots is not None:
@@ -151,7 +151,7 @@ def update_quota(name: TenantName, body: QuotaIn, ctx: Ctx, who: Admin) -> Tenan
                summary="Delete a tenant, its tokens and its finished jobs' records (refused while jobs run)")
 def delete(name: TenantName, ctx: Ctx, who: Admin) -> TenantDeleted:
     try:
-        with ctx.store.session() as s:
+        with ctx.store.session(for_update=True) as s:
             count = delete_tenant(s, name)
             record(s, who.actor, "tenant.delete", name, f"{count} finished jobs' records deleted", ctx.clock())
     except NoSuchTenant:
@@ -168,7 +168,7 @@ def delete(name: TenantName, ctx: Ctx, who: Admin) -> TenantDeleted:
 def new_token(name: TenantName, ctx: Ctx, who: Admin, body: TokenIn | None = None) -> TokenOut:
     body = body or TokenIn()
     now = ctx.clock()
-    with ctx.store.session() as s:
+    with ctx.store.session(for_update=True) as s:
         tenant = get_tenant(s, name)
         token = issue_token(s, tenant.id, now, user=body.user, expires_in_s=body.expires_in_s)
         record(s, who.actor, "token.issue", name, f"user={body.user} expires_in_s={body.expires_in_s}", now)
@@ -195,7 +195,7 @@ def users(name: TenantName, ctx: Ctx, _who: Admin) -> UserList:
 def rotate(name: TenantName, user: UserName, ctx: Ctx, who: Admin, body: TokenIn | None = None) -> TokenOut:
     expires_in = body.expires_in_s if body is not None else None
     now = ctx.clock()
-    with ctx.store.session() as s:
+    with ctx.store.session(for_update=True) as s:
         token = rotate_token(s, name, user, now, expires_in)
         record(s, who.actor, "token.rotate", name, f"user={user} expires_in_s={expires_in}", now)
     return TokenOut(tenant=name, token=token, user=user, expires_at=None if expires_in is None else now + expires_in)
@@ -204,7 +204,7 @@ def rotate(name: TenantName, user: UserName, ctx: Ctx, who: Admin, body: TokenIn
 @router.delete("/tenants/{name}/tokens/{user}", response_model=Revoked, responses=responses(401, 403, 404, 422),
                summary="Revoke every token of a tenant's user: they fail from the next request")
 def revoke(name: TenantName, user: UserName, ctx: Ctx, who: Admin) -> Revoked:
-    with ctx.store.session() as s:
+    with ctx.store.session(for_update=True) as s:
         count = revoke_tokens(s, name, user)
         record(s, who.actor, "token.revoke", name, f"user={user} tokens={count}", ctx.clock())
     return Revoked(tenant=name, user=user, revoked=count)

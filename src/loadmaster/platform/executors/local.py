@@ -137,7 +137,7 @@ class LocalExecutor:
         cuda = {learner.rank: self._cuda_devices(spec, learner, places[learner.rank].visible_gpus)
                 for learner in spec.learners}
         run_as = spec.run_as if spec.run_as is not None and os.geteuid() == 0 else None
-        argv = confined_argv(self.sandbox, spec)
+        argv = confined_argv(self.sandbox, spec, run_as)
         with self._registry.reserve(spec.job_id, spec.attempt):
             files = _prepare_files(spec, run_as)
             requests = {

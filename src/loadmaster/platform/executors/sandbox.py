@@ -56,9 +56,28 @@ def _python_dirs() -> list[str]:
                                                  os.path.dirname(os.path.realpath(sys.executable)))})
 
 
-def bwrap_argv(bwrap: str, spec: AttemptSpec, workdir: str, job_dirs: Sequence[str]) -> list[str]:
+def reachable(path: str, run_as: tuple[int, int] | None) -> bool:
+    """Whether the user can pass through every directory down to `path` (bwrap, run as that user, fails on a
+    directory it may not enter: such a path is left out of the sandbox, as it is out of the user's reach)."""
+    if run_as is None:
+        return True
+    uid, gid = run_as
+    current = Path(path)
+    for part in (current, *current.parents):
+        try:
+            st = part.stat()
+        except OSError:
+            return False
+        bit = 0o100 if st.st_uid == uid else 0o010 if st.st_gid == gid else 0o001
+        if not st.st_mode & bit:
+            return False
+    return True
+
+
+def bwrap_argv(bwrap: str, spec: AttemptSpec, workdir: str, job_dirs: Sequence[str],
+               run_as: tuple[int, int] | None = None) -> list[str]:
     """The bwrap command line that runs the learner (the attempt's command follows it). job_dirs: the job's
-    own directories it may write."""
+    own directories it may write; run_as: the user bwrap runs as (None: the server's)."""
     argv = [bwrap, "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
     for d in SYSTEM_DIRS:
         argv += ["--ro-bind-try", d, d]
@@ -69,16 +88,20 @@ def bwrap_argv(bwrap: str, spec: AttemptSpec, workdir: str, job_dirs: Sequence[s
     for dev in sorted(Path("/dev").glob("nvidia*")):  # the GPUs (CUDA_VISIBLE_DEVICES picks among them)
         argv += ["--dev-bind", str(dev), str(dev)]
     for d in _python_dirs():
-        argv += ["--ro-bind-try", d, d]
+        if reachable(d, run_as):
+            argv += ["--ro-bind-try", d, d]
     for path, writable in spec.binds:
-        argv += ["--bind-try" if writable else "--ro-bind-try", path, path]
+        if reachable(path, run_as):
+            argv += ["--bind-try" if writable else "--ro-bind-try", path, path]
     for d in job_dirs:
         argv += ["--bind", d, d]
-    argv += ["--ro-bind", spec.log_dir, spec.log_dir, "--chdir", workdir, "--"]
+    # The directories made to hold those mount points live in the sandbox's own root: read-only too, so a
+    # path outside them (the server's database) cannot even be created there.
+    argv += ["--ro-bind", spec.log_dir, spec.log_dir, "--remount-ro", "/", "--chdir", workdir, "--"]
     return argv
 
 
-def confined_argv(bwrap: str | None, spec: AttemptSpec) -> tuple[str, ...]:
+def confined_argv(bwrap: str | None, spec: AttemptSpec, run_as: tuple[int, int] | None = None) -> tuple[str, ...]:
     """The attempt's command, inside a sandbox when there is one. The sandbox's own process ignores SIGTERM
     (it would die at once and take the learner's grace period with it) and the learner gets SIGTERM's
     default back: `env` from coreutils does both."""
@@ -88,5 +111,5 @@ def confined_argv(bwrap: str | None, spec: AttemptSpec) -> tuple[str, ...]:
     own = [spec.checkpoint_dir, spec.results_dir, spec.report_dir, os.path.join(job, "work")]
     if spec.data_dir is not None:
         own.append(spec.data_dir)
-    box = bwrap_argv(bwrap, spec, spec.workdir, [d for d in own if os.path.isdir(d)])
+    box = bwrap_argv(bwrap, spec, spec.workdir, [d for d in own if os.path.isdir(d)], run_as)
     return ("env", "--ignore-signal=TERM", *box, "env", "--default-signal=TERM", *spec.command)
