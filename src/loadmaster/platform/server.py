@@ -117,6 +117,13 @@ def server_policy(options: ServerOptions) -> Policy:
 
 
 def isolation_of(options: ServerOptions) -> Isolation:
+    if options.executor == "ray":
+        # Ray starts learners as its workers' user, on other machines: no user switch, no sandbox there (yet).
+        # What still holds: the clean environment and the path checks; more than one tenant needs the flag.
+        if options.sandbox not in ("auto", "none"):
+            raise ServerError(f"--sandbox {options.sandbox}: the ray executor has no sandbox; use --sandbox auto"
+                              " (learners then run as the Ray workers' user, unconfined)")
+        return Isolation(uid_base=options.uid_base, insecure_shared_user=options.insecure_shared_user)
     sandbox = find_bwrap(options.sandbox)
     if sandbox is None and options.sandbox not in ("auto", "none"):
         raise ServerError(f"--sandbox {options.sandbox}: this bubblewrap cannot make a sandbox here (missing, or user "
