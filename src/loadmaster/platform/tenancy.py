@@ -152,8 +152,8 @@ def resolve_paths(manifest: JobManifest, job_dir: Path, area: TenantArea) -> Job
         if not allowed(path, writable):
             kind = "read-write" if writable else "allowed"
             problems.append((field, f"{value!r} is outside the tenant's {kind} roots (its job directory, ~ = its "
-                                    "area, and the roots the admin set: `loadmaster tenant show`); ask the admin "
-                                    "for a root or use ~/..."))
+                                    "area, and the roots the admin set: `loadmaster tenant list --json`); ask the "
+                                    "admin for a root or use ~/..."))
             return None
         return os.path.realpath(path)
 

@@ -172,7 +172,10 @@ class ScaleIn(BaseModel):
 
 class RootIn(BaseModel):
     model_config = ConfigDict(extra="forbid")
-    path: str = Field(min_length=1, max_length=4096, description="An absolute directory path without '..'.")
+    # Absolute, no '..' segment, no NUL (the regex has no look-ahead: JSON Schema's and pydantic's both read it).
+    path: str = Field(min_length=1, max_length=4096, pattern=r"^(/+([^/.\x00][^/\x00]*|\.|\.[^/.\x00][^/\x00]*|"
+                                                             r"\.\.[^/\x00]+))*/*$",
+                      description="An absolute directory path without '..'.")
     writable: bool = Field(default=False, description="Whether the tenant's jobs may write there (results).")
 
 

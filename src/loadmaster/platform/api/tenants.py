@@ -106,7 +106,8 @@ def _os_user(ctx: ApiContext, name: str | None) -> tuple[str, int, int] | None:
     try:
         found = os_user(name)
     except ValueError as err:
-        raise ApiError(422, f"os_user: {err}", [("os_user", str(err))]) from None
+        # The request is well-formed; the machine has no such user (yet): a conflict with its state.
+        raise ApiError(409, f"os_user: {err}", [("os_user", str(err))]) from None
     return name, found.uid, found.gid
 
 
