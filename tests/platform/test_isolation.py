@@ -334,3 +334,35 @@ def test_without_a_sandbox_a_second_tenant_needs_the_insecure_flag(tmp_path: Pat
             assert second.status_code == 409 and "--insecure-shared-user" in second.json()["error"]
     finally:
         live.platform.shutdown()
+
+
+@needs_root_and_bwrap
+def test_learners_run_as_the_tenants_own_users(area: tuple[Path, Path]) -> None:
+    from tests.platform.api_fixtures import start_platform
+
+    data, _ = area
+    live = start_platform(f"sqlite:///{data / 'loadmaster.db'}", data, sandbox="auto", tenant_users=True,
+                          insecure_shared_user=False)
+    try:
+        with live.client(live.admin_token) as admin:
+            mapped = admin.post("/api/v1/tenants", json={"name": "mapped", "gpus": 1, "os_user": "nobody"})
+            assert mapped.status_code == 201 and mapped.json()["tenant"]["os_user"] == "nobody"
+            ranged = admin.post("/api/v1/tenants", json={"name": "ranged", "gpus": 1}).json()
+            unknown = admin.post("/api/v1/tenants", json={"name": "ghost", "gpus": 1, "os_user": "no-such-user"})
+            assert unknown.status_code == 409 and unknown.json()["problems"][0]["field"] == "os_user"
+        uids = {}
+        for name, token in (("mapped", mapped.json()["token"]), ("ranged", ranged["token"])):
+            with live.client(token) as c:
+                r = c.post("/api/v1/jobs", json={"name": "who", "resources": {"gpus": 1},
+                                                 "command": "id -u > $LOADMASTER_RESULTS_DIR/uid; env > $HOME/env"})
+                assert r.status_code == 201, r.text
+                done = live.wait(token, r.json()["id"], "COMPLETED", "FAILED")
+                assert done["status"] == "COMPLETED", done["history"]
+                uids[name] = int((data / "jobs" / done["id"] / "results" / "uid").read_text())
+                checkpoints = (data / "jobs" / done["id"] / "checkpoints").stat()
+                assert checkpoints.st_uid == uids[name] and checkpoints.st_mode & 0o777 == 0o700
+                env = (data / "tenants" / name / "env").read_text()
+                assert live.admin_token not in env and "LOADMASTER_ADMIN" not in env  # nothing of the server's
+        assert uids["mapped"] == NOBODY and uids["ranged"] >= 200_000
+    finally:
+        live.platform.shutdown()
