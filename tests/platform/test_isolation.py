@@ -366,3 +366,29 @@ def test_learners_run_as_the_tenants_own_users(area: tuple[Path, Path]) -> None:
         assert uids["mapped"] == NOBODY and uids["ranged"] >= 200_000
     finally:
         live.platform.shutdown()
+
+
+def test_admin_token_file_must_be_private_and_a_store_of_tenants_needs_a_sandbox(tmp_path: Path) -> None:
+    from loadmaster.platform.server import Platform, ServerError, ServerOptions
+
+    secret = tmp_path / "admin-token"
+    secret.write_text("file-admin-secret-0123456789\n")
+    secret.chmod(0o644)
+    base = {"port": 0, "data_dir": tmp_path / "data", "nodes": "1x1", "dashboard": False, "sandbox": "none",
+            "tenant_users": False}
+    with pytest.raises(ServerError, match="chmod 600"):
+        Platform.build(ServerOptions(**base, admin_token_file=secret), env={})  # type: ignore[arg-type]
+    secret.chmod(0o600)
+    first = Platform.build(ServerOptions(**base, admin_token_file=secret, insecure_shared_user=True),  # type: ignore[arg-type]
+                           env={})
+    try:
+        assert first.admin_token is None  # the file's token is the admin's: nothing generated, nothing printed
+        url = first.serve_in_thread()
+        with httpx.Client(base_url=url, headers={"Authorization": "Bearer file-admin-secret-0123456789"}) as admin:
+            assert admin.get("/api/v1/whoami").json()["admin"] is True
+            for name in ("one", "two"):
+                assert admin.post("/api/v1/tenants", json={"name": name, "gpus": 1}).status_code == 201
+    finally:
+        first.shutdown()
+    with pytest.raises(ServerError, match="--insecure-shared-user"):  # two tenants, no sandbox, no flag
+        Platform.build(ServerOptions(**base), env={})  # type: ignore[arg-type]
