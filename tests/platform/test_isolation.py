@@ -271,20 +271,19 @@ def test_path_escapes_are_rejected_at_submission_with_the_field(sqlite_live: Liv
 def test_paths_inside_the_job_and_the_tenant_area_are_accepted_and_resolved_there(sqlite_live: Live) -> None:  # noqa: F811
     token = sqlite_live.tenant("inside")
     data_dir = Path(sqlite_live.platform.dirs.root)
+    (data_dir / "tenants" / "inside" / "code").mkdir(parents=True)  # the tenant's own area: its to fill
     with sqlite_live.client(token) as c:
         r = c.post("/api/v1/jobs", json={
-            "name": "inside", "resources": {"gpus": 1}, "workdir": "sub/../code", "results": "~/runs/1",
+            "name": "inside", "resources": {"gpus": 1}, "workdir": "~/src/../code", "results": "out/1",
             "command": ["sh", "-c", "pwd > $LOADMASTER_RESULTS_DIR/cwd; echo $HOME >> $LOADMASTER_RESULTS_DIR/cwd"]})
         assert r.status_code == 201, r.text
-        job_id = r.json()["id"]
-        # The workdir must exist: the job's own directory is its to fill (here: made for it).
-        (data_dir / "jobs" / job_id / "work" / "code").mkdir(parents=True)
-        done = sqlite_live.wait(token, job_id, "COMPLETED", "FAILED")
+        done = sqlite_live.wait(token, r.json()["id"], "COMPLETED", "FAILED")
     assert done["status"] == "COMPLETED", done["history"]
     assert done["user"] == "default"
-    cwd, home = (data_dir / "tenants" / "inside" / "runs" / "1" / "cwd").read_text().split()
-    assert cwd == str(data_dir / "jobs" / job_id / "work" / "code") and home == str(data_dir / "tenants" / "inside")
-    assert (data_dir / "jobs" / job_id / "checkpoints").stat().st_mode & 0o777 == 0o700
+    # A relative results path is inside the job's own work directory, never the server's working directory.
+    cwd, home = (data_dir / "jobs" / done["id"] / "work" / "out" / "1" / "cwd").read_text().split()
+    assert cwd == str(data_dir / "tenants" / "inside" / "code") and home == str(data_dir / "tenants" / "inside")
+    assert (data_dir / "jobs" / done["id"] / "checkpoints").stat().st_mode & 0o777 == 0o700
 
 
 def test_revoked_rotated_and_expired_tokens_fail_at_their_next_request(sqlite_live: Live) -> None:  # noqa: F811
