@@ -14,6 +14,7 @@ fail at their next request; a server without a sandbox refuses a second tenant.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -391,3 +392,56 @@ def test_admin_token_file_must_be_private_and_a_store_of_tenants_needs_a_sandbox
         first.shutdown()
     with pytest.raises(ServerError, match="--insecure-shared-user"):  # two tenants, no sandbox, no flag
         Platform.build(ServerOptions(**base), env={})  # type: ignore[arg-type]
+
+
+needs_bwrap = pytest.mark.skipif(find_bwrap() is None, reason="needs bubblewrap")
+
+# Traps SIGTERM, checkpoints (takes a moment), exits 0; or kills itself with SIGKILL when asked to.
+_GRACEFUL = ("import os, signal, sys, time\n"
+             "def stop(*_):\n"
+             "    time.sleep(0.5)\n"
+             "    open(os.path.join(os.environ['LOADMASTER_CHECKPOINT_DIR'], 'ckpt'), 'w').write('saved')\n"
+             "    sys.exit(0)\n"
+             "signal.signal(signal.SIGTERM, stop)\n"
+             "open(os.environ['LOADMASTER_REPORT_FILE'], 'a').write('{\"step\": 1}\\n')\n"
+             "print('pid in its namespace', os.getpid(), flush=True)\n"
+             "if sys.argv[1:] == ['die']: os.kill(os.getpid(), signal.SIGKILL)\n"
+             "time.sleep(60)\n")
+
+
+@needs_bwrap
+@pytest.mark.parametrize("how", ["preempted", "killed"])
+def test_a_sandboxed_learner_keeps_its_grace_period_and_its_exit_code(tmp_path: Path, how: str) -> None:
+    from loadmaster.platform.executors.local import LocalExecutor
+    from tests.platform.executor_helpers import (
+        attempt_spec,
+        kill_leftovers,
+        learners,
+        log_text,
+        wait_for_end,
+        wait_until,
+    )
+
+    job = tmp_path / "job"
+    (job / "work").mkdir(parents=True)
+    args = ("die",) if how == "killed" else ()
+    spec = attempt_spec(job, gang=learners(("n0", ())), command=(sys.executable, "-c", _GRACEFUL, *args))
+    spec = dataclasses.replace(spec, workdir=str(Path(spec.checkpoint_dir).parent / "work"))
+    Path(spec.workdir).mkdir(parents=True)
+    ex = LocalExecutor(sandbox=find_bwrap())
+    try:
+        ex.launch(spec)
+        wait_until(lambda: "pid in its namespace" in log_text(spec, 0), what="the learner to start")
+        assert "pid in its namespace 2" in log_text(spec, 0)  # its own PID namespace (bwrap's init is 1)
+        if how == "preempted":
+            ex.stop(spec.job_id, spec.attempt, grace_s=10.0)
+        ended, progress = wait_for_end(ex)
+    finally:
+        ex.close()
+        kill_leftovers()
+    assert [p.report["step"] for p in progress] == [1]  # its reports directory is bound read-write
+    if how == "preempted":  # the sandbox's own process ignored SIGTERM: the learner had its grace period
+        assert ended.stopped and ended.exits[0].exit_code == 0
+        assert (Path(spec.checkpoint_dir) / "ckpt").read_text() == "saved"
+    else:  # as outside a sandbox: a death by SIGKILL is -9 (not the sandbox's 137)
+        assert ended.exits[0].exit_code == -9

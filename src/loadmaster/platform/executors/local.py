@@ -137,9 +137,9 @@ class LocalExecutor:
         cuda = {learner.rank: self._cuda_devices(spec, learner, places[learner.rank].visible_gpus)
                 for learner in spec.learners}
         run_as = spec.run_as if spec.run_as is not None and os.geteuid() == 0 else None
-        argv = confined_argv(self.sandbox, spec, run_as)
         with self._registry.reserve(spec.job_id, spec.attempt):
             files = _prepare_files(spec, run_as)
+            argv = confined_argv(self.sandbox, spec, run_as)  # after the directories it binds exist
             requests = {
                 learner.rank: ShimRequest(
                     argv=argv, workdir=spec.workdir, log=str(files.log(learner.rank)),
