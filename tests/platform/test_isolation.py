@@ -352,13 +352,20 @@ def test_learners_run_as_the_tenants_own_users(area: tuple[Path, Path]) -> None:
             assert unknown.status_code == 409 and unknown.json()["problems"][0]["field"] == "os_user"
         uids = {}
         for name, token in (("mapped", mapped.json()["token"]), ("ranged", ranged["token"])):
+            (data / "tenants" / name / "in").mkdir(parents=True)
+            (data / "tenants" / name / "in" / "sample.txt").write_text("data")
             with live.client(token) as c:
-                r = c.post("/api/v1/jobs", json={"name": "who", "resources": {"gpus": 1},
-                                                 "command": "id -u > $LOADMASTER_RESULTS_DIR/uid; env > $HOME/env"})
+                r = c.post("/api/v1/jobs", json={
+                    "name": "who", "resources": {"gpus": 1}, "data": "~/in", "results": "~/out",
+                    "command": "cat $LOADMASTER_DATA_DIR/sample.txt; id -u > $LOADMASTER_RESULTS_DIR/uid; "
+                               "env > $HOME/env"})
                 assert r.status_code == 201, r.text
                 done = live.wait(token, r.json()["id"], "COMPLETED", "FAILED")
                 assert done["status"] == "COMPLETED", done["history"]
-                uids[name] = int((data / "jobs" / done["id"] / "results" / "uid").read_text())
+                copied = data / "tenants" / name / "out" / "uid"  # staged out by a copy running as the user
+                uids[name] = int(copied.read_text())
+                assert copied.stat().st_uid == uids[name]
+                assert (data / "jobs" / done["id"] / "data" / "sample.txt").stat().st_uid == uids[name]
                 checkpoints = (data / "jobs" / done["id"] / "checkpoints").stat()
                 assert checkpoints.st_uid == uids[name] and checkpoints.st_mode & 0o777 == 0o700
                 env = (data / "tenants" / name / "env").read_text()
