@@ -75,11 +75,15 @@ def test_first_start_prints_the_admin_token_once_and_sigterm_stops_cleanly(tmp_p
     first = Proc(args)
     try:
         url = _url(first.until("loadmaster server on"))
+        # Started without a sandbox (SERVER's options): it says so, and that it takes several tenants.
+        assert "learners run as the server's OS user, NO sandbox" in first.until("isolation")
+        assert "--insecure-shared-user" in first.until("WARNING")
         first.until("Admin token")
         token = first.until("lm_").strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:
             assert c.get("/api/v1/whoami").json()["admin"] is True
-            assert c.get("/health").json()["scheduler"] is True
+            health = c.get("/health").json()
+            assert health["scheduler"] is True and health["sandbox"] is False and health["tenant_users"] is False
             assert c.get("/docs").status_code == 200
     finally:
         code = first.stop()
