@@ -249,6 +249,7 @@ def _api_attempts(a: httpx.Client, bjob: str, bdirs: list[Path]) -> list[dict[st
     ("workdir", "~other/x", "another user"),
     ("workdir", "/tmp/../etc", "'..'"),
     ("data", "../../../loadmaster.db", "leaves"),
+    ("data", "../attempt-1/logs", "leaves"),
     ("data", "/etc/passwd", "outside"),
     ("data", "file://relative/path", "absolute path"),
     ("data", "memory://x", "protocol"),

@@ -7,8 +7,9 @@ with its field named) and again at every start (the tenant's roots may have chan
 - a relative path is inside the job's own working directory, DATA/jobs/JOB/work (its default workdir),
   never the server's working directory;
 - `..` may not leave the directory a path is relative to, and an absolute path may not contain it;
-- the path, with its symbolic links followed, must lie in the job's directory, the tenant's area, or one of
-  the tenant's roots (admin-set: read-only or read-write); `results` needs a read-write one.
+- the path, with its symbolic links followed, must lie in one of the job's own directories (work,
+  checkpoints, results, data), the tenant's area, or one of the tenant's roots (admin-set: read-only or
+  read-write); `results` needs a read-write one.
 Remote stores are allowed by protocol (REMOTE_PROTOCOLS); in-process (memory://), archive (zip://) and
 chained (a::b) URLs are not: they would let the server's own process, or its credentials, do the copy.
 
@@ -29,6 +30,7 @@ from loadmaster.platform.manifest import JobManifest, ManifestError
 LOCAL_PROTOCOLS = frozenset({"file", "local"})
 REMOTE_PROTOCOLS = frozenset({"s3", "s3a", "gs", "gcs", "az", "abfs", "abfss", "http", "https", "hf"})
 DEFAULT_UID_BASE = 200_000  # tenant N runs as uid/gid DEFAULT_UID_BASE + N unless mapped to a named user
+JOB_OWN = ("work", "checkpoints", "results", "data")  # the job's directories its learners and copies may use
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,7 +64,10 @@ class TenantArea:
     roots: tuple[Root, ...] = ()
 
     def all_roots(self, job_dir: Path) -> tuple[Root, ...]:
-        return (Root(str(job_dir), True), Root(str(self.home), True), *self.roots)
+        # The job's own directories, not the job directory itself: its logs and the executor's files are the
+        # server's, never a copy's source or target.
+        own = tuple(Root(str(job_dir / name), True) for name in JOB_OWN)
+        return (*own, Root(str(self.home), True), *self.roots)
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,7 +95,7 @@ def _within(path: str, base: str) -> bool:
     return path == base or path.startswith(base.rstrip(os.sep) + os.sep)
 
 
-def _local(field: str, value: str, job_dir: Path, area: TenantArea) -> tuple[str | None, str | None]:
+def _local(value: str, job_dir: Path, area: TenantArea) -> tuple[str | None, str | None]:
     """(absolute normalised path, None) or (None, why not)."""
     if value.startswith("~"):
         head, _, rest = value.partition("/")
@@ -143,17 +148,17 @@ def resolve_paths(manifest: JobManifest, job_dir: Path, area: TenantArea) -> Job
             return None
         if protocol is not None and not rest.startswith("/"):
             problems.append((field, f"{value!r}: a file:// URL needs an absolute path (file:///x); write a plain "
-                                    "relative path for one inside the job's directory"))
+                                    "relative path for one inside the job's work directory"))
             return None
-        path, why = _local(field, rest, job_dir, area)
+        path, why = _local(rest, job_dir, area)
         if path is None:
             problems.append((field, str(why)))
             return None
         if not allowed(path, writable):
             kind = "read-write" if writable else "allowed"
-            problems.append((field, f"{value!r} is outside the tenant's {kind} roots (its job directory, ~ = its "
-                                    "area, and the roots the admin set: `loadmaster tenant list --json`); ask the "
-                                    "admin for a root or use ~/..."))
+            problems.append((field, f"{value!r} is outside the tenant's {kind} roots (its job's own directories, "
+                                    "~ = its area, and the roots the admin set: `loadmaster tenant list --json`); "
+                                    "ask the admin for a root or use ~/..."))
             return None
         return os.path.realpath(path)
 
