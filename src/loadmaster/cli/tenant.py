@@ -62,11 +62,12 @@ def list_tenants(as_json: Json = False) -> None:
         print_json(tenants)
         return
     table = Table(title=f"{len(tenants)} tenant(s)")
-    for col in ("tenant", "quota GPUs", "borrowing limit", "GPUs in use", "queued", "running"):
+    for col in ("tenant", "quota GPUs", "borrowing limit", "GPUs in use", "queued", "running", "roots", "OS user"):
         table.add_column(col)
     for t in tenants:
+        roots = ", ".join(f"{r['path']} ({'rw' if r['writable'] else 'ro'})" for r in t.get("roots", ()))
         add_row(table, t["name"], t["gpu_quota"], "none" if t["borrow_limit"] is None else t["borrow_limit"],
-                t["gpus_in_use"], t["jobs_queued"], t["jobs_running"])
+                t["gpus_in_use"], t["jobs_queued"], t["jobs_running"], roots or "-", t.get("os_user") or "-")
     console.print(table)
 
 
