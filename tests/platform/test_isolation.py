@@ -453,3 +453,23 @@ def test_a_sandboxed_learner_keeps_its_grace_period_and_its_exit_code(tmp_path: 
         assert (Path(spec.checkpoint_dir) / "ckpt").read_text() == "saved"
     else:  # as outside a sandbox: a death by SIGKILL is -9 (not the sandbox's 137)
         assert ended.exits[0].exit_code == -9
+
+
+def test_a_log_stream_ends_when_its_token_is_revoked(sqlite_live: Live) -> None:  # noqa: F811
+    from loadmaster.platform.client import Client
+
+    token = sqlite_live.tenant("streams")
+    with sqlite_live.client(token) as c:
+        job = c.post("/api/v1/jobs", json={"name": "talks", "resources": {"gpus": 1},
+                                           "command": "for i in $(seq 300); do echo $i; sleep 0.1; done"}).json()
+    kinds = []
+    revoked_at = None
+    with Client(sqlite_live.url, token) as follower, sqlite_live.client(sqlite_live.admin_token) as admin:
+        for kind, _ in follower.follow(job["id"]):
+            kinds.append(kind)
+            if kind == "log" and revoked_at is None:
+                assert admin.delete("/api/v1/tenants/streams/tokens/default").status_code == 200
+                revoked_at = time.monotonic()
+            assert revoked_at is None or time.monotonic() - revoked_at < 10, "the stream outlived the revoke"
+    assert kinds[-1] == "revoked" and "end" not in kinds
+    assert revoked_at is not None and time.monotonic() - revoked_at < 5
