@@ -56,8 +56,39 @@ def test_tenants_by_the_admin(server: Live) -> None:
     assert code == 2 and "exists already" in out
     code, out = run(server, "tenant", "create", "nope", "--gpus", "1", token=token)  # a tenant's token
     assert code == 2 and "only the admin token" in out
-    second = run_json(server, "tenant", "token", "vision", admin=True)["token"]
+    second = run_json(server, "tenant", "token", "issue", "vision", admin=True)["token"]
     assert run_json(server, "job", "list", token=second) == []
+
+
+def test_users_tokens_roots_audit_and_delete_by_the_admin(server: Live, tmp_path: Path) -> None:
+    tenant(server, "audio", "--gpus", "1", "--user", "ana")
+    bo = run_json(server, "tenant", "token", "issue", "audio", "--user", "bo", "--expires-in", "3600", admin=True)
+    assert bo["user"] == "bo" and bo["expires_at"] is not None
+    users = run_json(server, "tenant", "token", "list", "audio", admin=True)["users"]
+    assert sorted(u["user"] for u in users) == ["ana", "bo"]
+    code, out = run(server, "tenant", "token", "list", "audio", admin=True)
+    assert code == 0 and "ana" in out and "never" in out  # ana's token lives until revoked
+    rotated = run_json(server, "tenant", "token", "rotate", "audio", "--user", "bo", admin=True)["token"]
+    assert run(server, "job", "list", token=bo["token"])[0] == 2  # the old token fails at once
+    assert run_json(server, "job", "list", token=rotated) == []
+    code, out = run(server, "tenant", "token", "revoke", "audio", "--user", "bo", admin=True)
+    assert code == 0 and "revoked 1 token(s) of audio/bo" in out
+    assert run(server, "job", "list", token=rotated)[0] == 2
+    code, out = run(server, "tenant", "token", "revoke", "audio", "--user", "bo", admin=True)
+    assert code == 2 and "no user 'bo'" in out
+    code, out = run(server, "tenant", "set-roots", "audio", "--root", f"{tmp_path}:rw", "--root", "/srv/x:ro",
+                    admin=True)
+    assert code == 0 and f"{tmp_path} (rw), /srv/x (ro)" in out
+    code, out = run(server, "tenant", "set-roots", "audio", "--root", "relative:rw", admin=True)
+    assert code == 2 and "roots" in out
+    code, out = run(server, "tenant", "set-roots", "audio", "--root", "/x:maybe", admin=True)
+    assert code == 2 and "PATH:ro or PATH:rw" in out
+    assert run_json(server, "tenant", "delete", "audio", admin=True) == {"tenant": "audio", "jobs_deleted": 0}
+    actions = [e["action"] for e in run_json(server, "tenant", "audit", "--tenant", "audio", admin=True)]
+    assert actions == ["tenant.delete", "tenant.update", "token.revoke", "token.rotate", "token.issue",
+                       "tenant.create"]
+    code, out = run(server, "tenant", "audit", admin=True)
+    assert code == 0 and "tenant.delete" in out
 
 
 def test_submit_follow_streams_logs_and_exits_with_the_outcome(server: Live, tmp_path: Path) -> None:

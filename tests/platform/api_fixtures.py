@@ -128,6 +128,11 @@ def start_platform(db_url: str, data_dir: Path, **options: Any) -> Live:
     options.setdefault("tick_s", 0.1)
     options.setdefault("grace_s", 3.0)
     options.setdefault("policy", "fair")
+    # Learners run the test's own Python (which may live where tenants' users cannot read it): as the server's
+    # user and unconfined, several tenants allowed. tests/platform/test_isolation.py tests the isolation.
+    options.setdefault("sandbox", "none")
+    options.setdefault("tenant_users", False)
+    options.setdefault("insecure_shared_user", True)
     opts = ServerOptions(db=db_url, port=0, data_dir=data_dir, dashboard=False, **options)
     platform = Platform.build(opts, env={"LOADMASTER_ADMIN_TOKEN": ADMIN_SECRET})
     url = platform.serve_in_thread()

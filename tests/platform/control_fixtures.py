@@ -148,7 +148,9 @@ def make_env(url: str, tmp: Path, *, cluster: Cluster = TWO_BY_FOUR, policy: str
              placement: str = "pack", quota: int = 8) -> Env:
     store = Store.open(url)
     with store.session() as s:
-        tenant = Tenant(name="vision", gpu_quota=quota, borrow_limit=None, created_at=time.time())
+        # The test's own directory is a read-write root: its jobs stage data from and store results to it.
+        tenant = Tenant(name="vision", gpu_quota=quota, borrow_limit=None, created_at=time.time(),
+                        roots=[{"path": str(tmp), "writable": True}])
         s.add(tenant)
         s.flush()
         tenant_id = tenant.id

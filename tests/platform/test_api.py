@@ -156,14 +156,14 @@ def test_tenant_management_is_the_admins(api: Api) -> None:
         token = r.json()["token"]
         assert r.json()["tenant"] == {"name": "vision", "gpu_quota": 4, "borrow_limit": 2,
                                       "created_at": r.json()["tenant"]["created_at"], "gpus_in_use": 0,
-                                      "jobs_queued": 0, "jobs_running": 0}
+                                      "jobs_queued": 0, "jobs_running": 0, "roots": [], "os_user": None}
         r = admin.post("/api/v1/tenants", json={"name": "vision", "gpus": 1})
         assert r.status_code == 409 and r.json()["problems"][0]["field"] == "name"
         r = admin.post("/api/v1/tenants", json={"name": "Bad Name", "gpus": 1})
         assert r.status_code == 422 and r.json()["problems"][0]["field"] == "name"
         with api.client(token) as tenant:
             assert tenant.get("/api/v1/whoami").json() == {"admin": False, "tenant": "vision", "gpu_quota": 4,
-                                                           "borrow_limit": 2}
+                                                           "borrow_limit": 2, "user": "default"}
             # 4 + 2 GPUs at most: 8 never fits
             r = tenant.post("/api/v1/jobs", json=manifest(learners=2, resources={"gpus": 4}))
             assert r.status_code == 422 and "may hold at most 6 GPUs" in r.json()["error"]

@@ -159,17 +159,21 @@ def test_the_first_start_on_a_busy_port_makes_nothing(tmp_path: Path) -> None:
         taken.bind(("127.0.0.1", 0))
         taken.listen(1)
         port = taken.getsockname()[1]
-        options = ServerOptions(port=port, data_dir=tmp_path / "data", nodes="1x1", dashboard=False)
+        # tenant_users off: the test's data directory is under one closed to other users (/tmp/pytest-of-root).
+        options = ServerOptions(port=port, data_dir=tmp_path / "data", nodes="1x1", dashboard=False,
+                                tenant_users=False)
         with pytest.raises(OSError, match="cannot listen"):
             Platform.build(options, env={})
     assert not (tmp_path / "data" / "loadmaster.db").exists()  # no store, so no admin token nobody saw
-    first = Platform.build(ServerOptions(port=0, data_dir=tmp_path / "data", nodes="1x1", dashboard=False), env={})
+    first = Platform.build(ServerOptions(port=0, data_dir=tmp_path / "data", nodes="1x1", dashboard=False,
+                                         tenant_users=False), env={})
     try:
         assert first.admin_token is not None  # the first start that works makes (and shows) the token
         from loadmaster.platform.server import ServerError
 
         with pytest.raises(ServerError, match="another loadmaster server"):
-            Platform.build(ServerOptions(port=0, data_dir=tmp_path / "data", nodes="1x1", dashboard=False), env={})
+            Platform.build(ServerOptions(port=0, data_dir=tmp_path / "data", nodes="1x1", dashboard=False,
+                                         tenant_users=False), env={})
     finally:
         first.shutdown()
 

@@ -76,9 +76,10 @@ def test_gang_succeeds_and_every_learner_gets_the_runtime_env(tmp_path: Path) ->
     assert not Path(envs[0]["LOADMASTER_PREEMPT_FILE"]).exists()  # nobody asked it to stop
 
 
-def test_host_loadmaster_variables_are_not_inherited_and_data_dir_is_set(tmp_path: Path,
-                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+def test_nothing_of_the_host_environment_is_inherited_and_data_dir_is_set(tmp_path: Path,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("LOADMASTER_DB_URL", "postgresql://secret")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "server-secret")
     spec = attempt_spec(tmp_path, "env", gang=learners(("n0", (0,))), data_dir=str(tmp_path / "data"))
     ex = LocalExecutor()
     ex.launch(spec)
@@ -86,7 +87,8 @@ def test_host_loadmaster_variables_are_not_inherited_and_data_dir_is_set(tmp_pat
     env = _env_of(log_text(spec, 0))
     assert ended.succeeded
     assert "LOADMASTER_DB_URL" not in env and env["LOADMASTER_DATA_DIR"] == str(tmp_path / "data")
-    assert env["PATH"] == os.environ["PATH"]  # the rest of the host's environment is
+    assert "AWS_SECRET_ACCESS_KEY" not in env  # nor anything else of the server's environment
+    assert env["PATH"].startswith(os.path.dirname(sys.executable) + ":")  # the server's Python first
     assert env["CUDA_VISIBLE_DEVICES"] == "0"  # no gpu_map: the ids as given
 
 

@@ -19,7 +19,10 @@ from typer.testing import CliRunner
 
 from loadmaster.cli.main import app
 
-SERVER = [sys.executable, "-m", "loadmaster.cli.main", "server"]
+# Learners run the test's own Python: as the server's user, unconfined (tests/platform/test_isolation.py
+# tests the isolation).
+SERVER = [sys.executable, "-m", "loadmaster.cli.main", "server", "--sandbox", "none", "--no-tenant-users",
+          "--insecure-shared-user"]
 
 
 class Proc:
@@ -72,11 +75,15 @@ def test_first_start_prints_the_admin_token_once_and_sigterm_stops_cleanly(tmp_p
     first = Proc(args)
     try:
         url = _url(first.until("loadmaster server on"))
+        # Started without a sandbox (SERVER's options): it says so, and that it takes several tenants.
+        assert "learners run as the server's OS user, NO sandbox" in first.until("isolation")
+        assert "--insecure-shared-user" in first.until("WARNING")
         first.until("Admin token")
         token = first.until("lm_").strip()
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {token}"}) as c:
             assert c.get("/api/v1/whoami").json()["admin"] is True
-            assert c.get("/health").json()["scheduler"] is True
+            health = c.get("/health").json()
+            assert health["scheduler"] is True and health["sandbox"] is False and health["tenant_users"] is False
             assert c.get("/docs").status_code == 200
     finally:
         code = first.stop()

@@ -11,10 +11,16 @@ from loadmaster.platform.store.tenants import (
     NoSuchTenant,
     TenantError,
     TenantExists,
+    audit_log,
     authenticate,
     create_tenant,
+    delete_tenant,
     ensure_admin_token,
     hash_token,
+    issue_token,
+    record,
+    revoke_tokens,
+    rotate_token,
     set_quota,
 )
 
@@ -81,4 +87,31 @@ def test_names_limits_and_duplicates_are_checked(sqlite_url: str) -> None:
         assert (t.gpu_quota, t.borrow_limit) == (6, None)
     with pytest.raises(NoSuchTenant), store.session() as s:
         set_quota(s, "ghost", 1, None)
+    store.close()
+
+
+def test_users_tokens_expire_rotate_revoke_and_tenants_delete(db_url: str) -> None:
+    store = Store.open(db_url)
+    with store.session() as s:
+        tenant, first = create_tenant(s, "speech", 2, None, now=1.0, user="ana")
+        brief = issue_token(s, tenant.id, 1.0, user="bo", expires_in_s=10.0)
+        record(s, "admin", "tenant.create", "speech", "", 1.0)
+    with store.session() as s:
+        who = authenticate(s, first, now=2.0)
+        assert who is not None and who.user == "ana" and who.actor == "speech/ana"
+        assert authenticate(s, brief, now=10.9) is not None and authenticate(s, brief, now=11.0) is None
+        new = rotate_token(s, "speech", "ana", now=3.0)
+    with store.session() as s:
+        assert authenticate(s, first, now=4.0) is None and authenticate(s, new, now=4.0) is not None
+        assert revoke_tokens(s, "speech", "ana") == 1
+        with pytest.raises(NoSuchTenant):
+            revoke_tokens(s, "speech", "ana")
+    with store.session() as s:
+        assert authenticate(s, new, now=5.0) is None
+        with pytest.raises(TenantError, match="expires_in_s"):
+            issue_token(s, tenant.id, 1.0, expires_in_s=-1)
+        assert delete_tenant(s, "speech") == 0
+    with store.session() as s:
+        assert authenticate(s, brief, now=5.0) is None  # its tenant is gone
+        assert [e.action for e in audit_log(s, tenant="speech")] == ["tenant.create"]
     store.close()

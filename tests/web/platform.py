@@ -68,7 +68,8 @@ def running_platform(root: Path) -> Iterator[Platform]:
     background thread on a free port."""
     server = ServerPlatform.build(
         ServerOptions(db=f"sqlite:///{root / 'loadmaster.db'}", executor="local", nodes="2x4", port=0,
-                      data_dir=root / "data", tick_s=0.2, grace_s=2.0),
+                      data_dir=root / "data", tick_s=0.2, grace_s=2.0, sandbox="none", tenant_users=False,
+                      insecure_shared_user=True),
         env={ADMIN_ENV: ADMIN_TOKEN})
     try:
         url = server.serve_in_thread()

@@ -53,7 +53,9 @@ def demo(
         server_dir.mkdir(parents=True, exist_ok=True)
         platform = Platform.build(ServerOptions(nodes=nodes, port=0, data_dir=server_dir, policy=policy,
                                                 placement=placement, tick_s=0.1, grace_s=5.0,
-                                                checkpoint_interval_s=1.0))
+                                                checkpoint_interval_s=1.0, tenant_users=False,
+                                                # one tenant per virtual cluster of the trace, all the demo's
+                                                insecure_shared_user=True))
     except (TraceFormatError, ServerError, OSError) as err:
         fail(str(err))
     try:

@@ -56,6 +56,8 @@ def follow(c: Client, job_id: str, *, attempt: int | None = None, rank: int | No
                 _print_lines(data["rank"], data["lines"], prefix)
             elif kind == "end":
                 ended = data
+            elif kind == "revoked":
+                fail(f"the log stream of {job_id} ended: {data['error']}")
         if not ended:  # the server went away mid-stream
             fail(f"the log stream of {job_id} ended early: is the server still running?")
         status = str(ended["job_status"])

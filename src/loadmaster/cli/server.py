@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Annotated
@@ -10,6 +11,34 @@ from typing import Annotated
 import typer
 
 from loadmaster.cli.common import fail
+
+ADMIN_ENV = "LOADMASTER_ADMIN_TOKEN"
+
+
+_SECRET_FD = "LOADMASTER_ADMIN_TOKEN_FD"
+
+
+def _take_admin_secret() -> str | None:
+    """LOADMASTER_ADMIN_TOKEN, out of this process' environment for good.
+
+    Deleting a variable does not erase it from /proc/PID/environ (the kernel shows the environment the
+    process was started with), so a server started with the token in its environment starts itself again
+    without it, handing the token over through a pipe; the variable naming the pipe holds no secret."""
+    if _SECRET_FD in os.environ:
+        fd = int(os.environ.pop(_SECRET_FD))
+        with os.fdopen(fd) as pipe:
+            return pipe.read()
+    secret = os.environ.pop(ADMIN_ENV, None)
+    if secret is None or sys.argv[1:2] != ["server"]:  # in-process callers (tests) have no argv to start again
+        return secret
+    read, write = os.pipe()
+    os.write(write, secret.encode())
+    os.close(write)
+    os.set_inheritable(read, True)
+    env = {k: v for k, v in os.environ.items() if k != ADMIN_ENV} | {_SECRET_FD: str(read)}
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.execve(sys.executable, [sys.executable, "-m", "loadmaster.cli.main", *sys.argv[1:]], env)
 
 
 def server(
@@ -33,6 +62,21 @@ def server(
     checkpoint_interval: Annotated[float | None, typer.Option(
         "--checkpoint-interval", help="Seconds between the jobs' checkpoints, as the policy weighs what a "
                                       "preemption loses (default: the policy's, 900).")] = None,
+    sandbox: Annotated[str, typer.Option("--sandbox", help="auto: confine each learner with bubblewrap where it "
+                                                           "works; none; or the bwrap binary's path "
+                                                           "(required then).")] = "auto",
+    tenant_users: Annotated[bool, typer.Option("--tenant-users/--no-tenant-users",
+                                               help="As root: run learners as each tenant's own OS user.")] = True,
+    # 200_000 is tenancy.DEFAULT_UID_BASE (not imported: the CLI starts without the platform's modules).
+    uid_base: Annotated[int, typer.Option("--uid-base", help="First uid (and gid) of the range tenants' users "
+                                                             "get (tenant N: base + N), unless mapped with "
+                                                             "`tenant create --os-user`.")] = 200_000,
+    insecure_shared_user: Annotated[bool, typer.Option(
+        "--insecure-shared-user", help="Allow more than one tenant without a sandbox (their jobs can then read "
+                                       "and change each other's files).")] = False,
+    admin_token_file: Annotated[Path | None, typer.Option(
+        "--admin-token-file", help="Read the admin token from this file (mode 0600) instead of "
+                                   "LOADMASTER_ADMIN_TOKEN.")] = None,
 ) -> None:
     """Run the platform: the API (docs at /docs, dashboard at /ui) and the control loop."""
     from loadmaster.platform.server import Platform, ServerError, ServerOptions
@@ -42,11 +86,17 @@ def server(
     logging.basicConfig(level=logging.INFO, stream=sys.stderr,
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at every start
+    secret = _take_admin_secret()
     options = ServerOptions(db=db, executor=executor, nodes=nodes, host=host, port=port, policy=policy,
                             placement=placement, data_dir=data_dir, grace_s=grace, tick_s=tick,
-                            checkpoint_interval_s=checkpoint_interval)
+                            checkpoint_interval_s=checkpoint_interval, sandbox=sandbox, tenant_users=tenant_users,
+                            uid_base=uid_base, insecure_shared_user=insecure_shared_user,
+                            admin_token_file=admin_token_file)
+    env = dict(os.environ)
+    if secret is not None:
+        env[ADMIN_ENV] = secret
     try:
-        platform = Platform.build(options)
+        platform = Platform.build(options, env)
     except (ServerError, StoreError, TenantError, OSError) as err:
         fail(str(err))
     try:

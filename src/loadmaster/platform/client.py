@@ -169,8 +169,32 @@ class Client:
     def tenants(self) -> list[Any]:
         return list(self.request("GET", f"{API}/tenants")["tenants"])
 
-    def create_tenant(self, name: str, gpus: int, borrow: int | None = None) -> Any:
-        return self.request("POST", f"{API}/tenants", json={"name": name, "gpus": gpus, "borrow": borrow})
+    def create_tenant(self, name: str, gpus: int, borrow: int | None = None, *, user: str = "default",
+                      os_user: str | None = None) -> Any:
+        return self.request("POST", f"{API}/tenants", json={"name": name, "gpus": gpus, "borrow": borrow,
+                                                            "user": user, "os_user": os_user})
+
+    def delete_tenant(self, name: str) -> Any:
+        return self.request("DELETE", f"{API}/tenants/{name}")
+
+    def set_roots(self, name: str, roots: list[dict[str, Any]]) -> Any:
+        return self.request("PATCH", f"{API}/tenants/{name}", json={"roots": roots})
+
+    def users(self, name: str) -> Any:
+        return self.request("GET", f"{API}/tenants/{name}/tokens")
+
+    def rotate_token(self, name: str, user: str, expires_in_s: float | None = None) -> Any:
+        return self.request("POST", f"{API}/tenants/{name}/tokens/{user}/rotate",
+                            json={"user": user, "expires_in_s": expires_in_s})
+
+    def revoke_token(self, name: str, user: str) -> Any:
+        return self.request("DELETE", f"{API}/tenants/{name}/tokens/{user}")
+
+    def audit(self, tenant: str | None = None, limit: int = 100) -> Any:
+        params: dict[str, Any] = {"limit": limit}
+        if tenant:
+            params["tenant"] = tenant
+        return self.request("GET", f"{API}/audit", params=params)["entries"]
 
     def set_quota(self, name: str, *, gpus: int | None = None, borrow: int | None = None,
                   unlimited_borrowing: bool = False) -> Any:
@@ -183,8 +207,8 @@ class Client:
             body["borrow"] = borrow
         return self.request("PATCH", f"{API}/tenants/{name}", json=body)
 
-    def new_token(self, name: str) -> Any:
-        return self.request("POST", f"{API}/tenants/{name}/tokens")
+    def new_token(self, name: str, user: str = "default", expires_in_s: float | None = None) -> Any:
+        return self.request("POST", f"{API}/tenants/{name}/tokens", json={"user": user, "expires_in_s": expires_in_s})
 
     def whoami(self) -> Any:
         return self.request("GET", f"{API}/whoami")

@@ -1,11 +1,18 @@
 """Where a job's files live under the server's data directory. The control loop writes there, the executor's
 learners write there, the API reads logs from there: one definition, so the three agree.
 
+    DATA/tenants/TENANT/                the tenant's own area (`~` in a manifest), its OS user's, 0700
+    DATA/jobs/JOB/                      the server's (0711: its learners may pass, not list)
+    DATA/jobs/JOB/work/                 the default workdir; relative manifest paths resolve here
     DATA/jobs/JOB/checkpoints/          kept across attempts (runtime.checkpoint_dir())
     DATA/jobs/JOB/data/                 the staged data source (runtime.data_dir())
     DATA/jobs/JOB/results/              copied to the results target when the job succeeds
     DATA/jobs/JOB/attempt-N/logs/       rank-R.log (stdout+stderr), rank-R.exit
     DATA/jobs/JOB/attempt-N/reports/    rank-R.jsonl (runtime.report())
+
+The learner's directories (work, checkpoints, data, results, reports) belong to the tenant's OS user with
+mode 0700; the logs and the executor's control files stay the server's, in directories the learner cannot
+change (a learner owning them could swap one for a symbolic link that the server then writes through).
 """
 
 from __future__ import annotations
@@ -20,6 +27,12 @@ class JobDirs:
 
     def job(self, job_id: str) -> Path:
         return self.root / "jobs" / job_id
+
+    def work(self, job_id: str) -> Path:
+        return self.job(job_id) / "work"
+
+    def tenant_home(self, tenant: str) -> Path:
+        return self.root / "tenants" / tenant
 
     def checkpoints(self, job_id: str) -> Path:
         return self.job(job_id) / "checkpoints"

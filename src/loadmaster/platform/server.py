@@ -25,6 +25,8 @@ from pathlib import Path
 from types import FrameType
 from typing import Any, TextIO
 
+from sqlalchemy import func, select
+
 from loadmaster.core.cluster import Cluster
 from loadmaster.platform.api.app import create_app
 from loadmaster.platform.api.context import ApiContext
@@ -32,10 +34,13 @@ from loadmaster.platform.api.serving import HANDLED, ApiServer
 from loadmaster.platform.control.loop import ControlLoop
 from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.executors.base import Executor
+from loadmaster.platform.executors.sandbox import find_bwrap
 from loadmaster.platform.gc_tuning import tune_for_serving
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
+from loadmaster.platform.store.models import Tenant
 from loadmaster.platform.store.tenants import ensure_admin_token
+from loadmaster.platform.tenancy import DEFAULT_UID_BASE, Isolation
 from loadmaster.scheduling.placement import PLACERS, make_placer
 from loadmaster.scheduling.policies import POLICIES, Policy
 
@@ -64,6 +69,15 @@ class ServerOptions:
     grace_s: float = 10.0
     checkpoint_interval_s: float | None = None  # None: the policies' default (900 s)
     dashboard: bool = True
+    # Isolation (platform/tenancy.py, docs/platform.md "Security"). sandbox: "auto" (bubblewrap if it works
+    # here), "none", or the bwrap binary's path (required then); tenant_users: learners run as each tenant's
+    # own OS user when the server runs as root; insecure_shared_user: allow more than one tenant without a
+    # sandbox. admin_token_file: the admin token from a file only its owner may read (0600).
+    sandbox: str = "auto"
+    tenant_users: bool = True
+    uid_base: int = DEFAULT_UID_BASE
+    insecure_shared_user: bool = False
+    admin_token_file: Path | None = None
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -77,6 +91,8 @@ class ServerOptions:
         if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
             raise ServerError(f"--checkpoint-interval {self.checkpoint_interval_s:g}: give the seconds between the "
                               "jobs' checkpoints, more than 0")
+        if not 1000 <= self.uid_base <= 2**31 - 2**20:
+            raise ServerError(f"--uid-base {self.uid_base}: give the first uid of a free range, 1000..{2**31 - 2**20}")
         if self.executor == "ray" and self.nodes:
             raise ServerError("--nodes describes this machine for the local executor; with --executor ray the "
                               "nodes are the Ray cluster's (label them with `ray start --labels=loadmaster/node="
@@ -101,7 +117,66 @@ def server_policy(options: ServerOptions) -> Policy:
     return factory()
 
 
-def _local(options: ServerOptions, root: Path) -> tuple[Cluster, Executor]:
+def isolation_of(options: ServerOptions) -> Isolation:
+    if options.executor == "ray":
+        # Ray starts learners as its workers' user, on other machines: no user switch, no sandbox there (yet).
+        # What still holds: the clean environment and the path checks; more than one tenant needs the flag.
+        if options.sandbox not in ("auto", "none"):
+            raise ServerError(f"--sandbox {options.sandbox}: the ray executor has no sandbox; use --sandbox auto"
+                              " (learners then run as the Ray workers' user, unconfined)")
+        return Isolation(uid_base=options.uid_base, insecure_shared_user=options.insecure_shared_user)
+    sandbox = find_bwrap(options.sandbox)
+    if sandbox is None and options.sandbox not in ("auto", "none"):
+        raise ServerError(f"--sandbox {options.sandbox}: this bubblewrap cannot make a sandbox here (missing, or user "
+                          "namespaces are off); install the bubblewrap package, or use --sandbox auto|none")
+    return Isolation(switch_users=options.tenant_users and os.geteuid() == 0, sandbox=sandbox,
+                     uid_base=options.uid_base, insecure_shared_user=options.insecure_shared_user)
+
+
+def read_admin_token(options: ServerOptions, env: Mapping[str, str]) -> str | None:
+    """The admin token from --admin-token-file (which only its owner may read) or LOADMASTER_ADMIN_TOKEN."""
+    path = options.admin_token_file
+    if path is None:
+        return env.get(ADMIN_ENV) or None
+    try:
+        mode = path.stat().st_mode
+        text = path.read_text().strip()
+    except OSError as err:
+        raise ServerError(f"--admin-token-file {path}: {err.strerror}") from None
+    if mode & 0o077:
+        raise ServerError(f"--admin-token-file {path}: others may read it (mode {mode & 0o777:o}); chmod 600 it")
+    return text or None
+
+
+def _harden(root: Path, db_url: str, isolation: Isolation) -> None:
+    """The data directory: tenants' users may pass through it to their own directories, not list it; the
+    SQLite database (tokens' hashes, manifests) is the server's alone."""
+    os.chmod(root, 0o711)
+    if db_url.startswith("sqlite:///"):
+        for suffix in ("", "-wal", "-shm"):
+            db = Path(db_url.removeprefix("sqlite:///") + suffix)
+            if db.exists():
+                os.chmod(db, 0o600)
+    if isolation.switch_users:
+        for parent in (root, *root.parents):
+            if not parent.stat().st_mode & 0o001:
+                raise ServerError(f"--data-dir {root}: its parent {parent} is closed to other users (mode "
+                                  f"{parent.stat().st_mode & 0o777:o}), so tenants' learners could not reach their "
+                                  "directories; choose a data directory like /var/lib/loadmaster")
+
+
+def _tenant_gate(store: Store, isolation: Isolation) -> None:
+    if isolation.sandbox is not None or isolation.insecure_shared_user:
+        return
+    with store.session() as s:
+        count = s.scalar(select(func.count()).select_from(Tenant)) or 0
+    if count > 1:
+        raise ServerError(f"this store has {count} tenants, but there is no sandbox here (bubblewrap): one tenant's "
+                          "jobs could read and change another's files; install bubblewrap, or start with "
+                          "--insecure-shared-user to accept that")
+
+
+def _local(options: ServerOptions, root: Path, isolation: Isolation) -> tuple[Cluster, Executor]:
     from loadmaster.platform.executors.local import LocalExecutor
     from loadmaster.platform.nodes import NodesSpecError, local_gpu_map, parse_nodes, probe_machine
 
@@ -111,7 +186,7 @@ def _local(options: ServerOptions, root: Path) -> tuple[Cluster, Executor]:
     except NodesSpecError as err:
         raise ServerError(str(err)) from None
     return cluster, LocalExecutor(gpu_map=local_gpu_map(cluster, machine), failure_grace_s=options.grace_s,
-                                  survey_root=root)
+                                  survey_root=root, sandbox=isolation.sandbox)
 
 
 class DataDirLock:
@@ -134,7 +209,7 @@ class DataDirLock:
             self._fd = -1
 
 
-def _ray(options: ServerOptions, env: Mapping[str, str]) -> tuple[Cluster, Executor]:
+def _ray(options: ServerOptions, env: Mapping[str, str], isolation: Isolation) -> tuple[Cluster, Executor]:
     import ray
 
     from loadmaster.core.cluster import Node
@@ -195,14 +270,20 @@ class Platform:
             raise
         store: Store | None = None
         try:
-            store = Store.open(options.db or f"sqlite:///{root / 'loadmaster.db'}")
-            cluster, executor = _local(options, root) if options.executor == "local" else _ray(options, env)
+            isolation = isolation_of(options)
+            admin_secret = read_admin_token(options, env)
+            db_url = options.db or f"sqlite:///{root / 'loadmaster.db'}"
+            store = Store.open(db_url)
+            cluster, executor = (_local(options, root, isolation) if options.executor == "local"
+                                 else _ray(options, env, isolation))
+            _harden(root, db_url, isolation)
+            _tenant_gate(store, isolation)
             with store.session() as s:  # last: a start that fails before this never made a token nobody saw
-                admin = ensure_admin_token(s, env.get(ADMIN_ENV) or None, time.time())
+                admin = ensure_admin_token(s, admin_secret, time.time())
             dirs = JobDirs(root)
             loop = ControlLoop(store, cluster, executor, dirs, policy=server_policy(options),
                                placer=make_placer(options.placement), tick_s=options.tick_s,
-                               grace_s=options.grace_s)
+                               grace_s=options.grace_s, isolation=isolation)
         except BaseException:
             api.close()
             if store is not None:
@@ -210,7 +291,7 @@ class Platform:
             lock.release()
             raise
         ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry,
-                         nodes=loop.membership)
+                         nodes=loop.membership, isolation=isolation)
         app = create_app(ctx)
         if options.dashboard:
             from loadmaster.web import mount_dashboard
@@ -281,7 +362,12 @@ class Platform:
             f"  data      {self.dirs.root}",
             f"  cluster   {self.cluster.describe()}; executor {o.executor}; policy {o.policy}; "
             f"placement {o.placement}",
+            f"  isolation {self.ctx.isolation.describe() if self.ctx.isolation else 'none'}",
         ]
+        if self.ctx.isolation is not None and self.ctx.isolation.sandbox is None:
+            lines.append("  WARNING   no sandbox (install bubblewrap): tenants' jobs are not confined; "
+                         + ("more than one tenant allowed (--insecure-shared-user)"
+                            if self.ctx.isolation.insecure_shared_user else "one tenant only"))
         if rec is not None and (rec.reattached or rec.requeued or rec.restaged or rec.restored):
             lines.append(f"  recovered {len(rec.reattached)} re-attached, {len(rec.requeued)} requeued, "
                          f"{len(rec.restaged)} restaged, {len(rec.restored)} results copies redone")

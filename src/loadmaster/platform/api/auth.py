@@ -44,5 +44,7 @@ async def admin(who: Annotated[Principal, Depends(principal)]) -> Principal:
 
 
 Ctx = Annotated[ApiContext, Depends(context)]
+# The token itself, for a long response that looks it up again as it goes (a log stream: api/logs.py).
+Creds = Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)]
 Who = Annotated[Principal, Depends(principal)]
 Admin = Annotated[Principal, Depends(admin)]

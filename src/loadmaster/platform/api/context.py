@@ -19,7 +19,8 @@ from loadmaster.platform.api.batching import GroupCommit, Throttled
 from loadmaster.platform.api.models import JobSummary
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
-from loadmaster.platform.store.tenants import Principal, authenticate, hash_token
+from loadmaster.platform.store.tenants import Principal, authenticate
+from loadmaster.platform.tenancy import Isolation
 
 
 class QueueEntryLike(Protocol):
@@ -68,39 +69,17 @@ class NodeStateLike(Protocol):
 
 
 class Authenticator:
-    """Token -> Principal, with a short-lived memo so that a burst of submissions costs no lookups.
+    """Token -> Principal: one indexed read of the store per request, deliberately without a memo, so that a
+    token revoked, rotated, expired or deleted by hand fails at its very next request (and changed limits
+    apply at once)."""
 
-    Tokens are never revoked while a server runs, and quotas change only through this API, which calls
-    forget_tenants(): so the memo never answers with stale limits. The TTL bounds its size and the time a
-    token deleted from the database by hand keeps working.
-    """
-
-    def __init__(self, store: Store, ttl_s: float = 30.0, max_entries: int = 10_000) -> None:
+    def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
         self.store = store
-        self.ttl_s = ttl_s
-        self.max_entries = max_entries
-        self._memo: dict[str, tuple[float, Principal]] = {}
-        self._lock = threading.Lock()
+        self.clock = clock
 
     def principal(self, token: str) -> Principal | None:
-        key = hash_token(token)
-        now = time.monotonic()
-        with self._lock:
-            hit = self._memo.get(key)
-        if hit is not None and hit[0] > now:
-            return hit[1]
         with self.store.session() as s:
-            found = authenticate(s, token)
-        if found is not None:
-            with self._lock:
-                if len(self._memo) >= self.max_entries:
-                    self._memo.clear()
-                self._memo[key] = (now + self.ttl_s, found)
-        return found
-
-    def forget_tenants(self) -> None:
-        with self._lock:
-            self._memo.clear()
+            return authenticate(s, token, self.clock())
 
 
 @dataclass
@@ -117,12 +96,15 @@ class ApiContext:
     # Submissions wake the control loop at most this often (a burst of them costs a few rounds, not one each).
     submit_wake_interval_s: float = 0.5
     metrics: CollectorRegistry | None = None  # the control loop's (GET /metrics)
+    # The server's isolation (reported by /health; without a sandbox a second tenant needs the admin's
+    # --insecure-shared-user); None: an API without a server (tools, tests of the API alone).
+    isolation: Isolation | None = None
     nodes: NodesLink | None = None  # the live cluster; None: `cluster` as given, every node alive
 
     submissions: GroupCommit[JobSummary] = field(init=False)
 
     def __post_init__(self) -> None:
-        self.auth = Authenticator(self.store)
+        self.auth = Authenticator(self.store, self.clock)
         self.submissions = GroupCommit(self.store, Throttled(self.wake, self.submit_wake_interval_s))
 
     def wake(self) -> None:

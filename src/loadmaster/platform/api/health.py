@@ -46,6 +46,10 @@ async def health(ctx: Ctx, response: Response) -> Health:
     healthy, age = ctx.loop.health() if ctx.loop is not None else (True, None)
     out = Health(status="ok", version=_version(), scheduler=ctx.loop is not None,
                  last_round_age_s=None if age is None else round(age, 3))
+    if ctx.isolation is not None:
+        out.sandbox = ctx.isolation.sandbox is not None
+        out.tenant_users = ctx.isolation.switch_users
+        out.isolation = ctx.isolation.describe()
     if not healthy:
         out.status = "stuck"
         out.detail = "no control-loop round completed recently: the server's log says why"

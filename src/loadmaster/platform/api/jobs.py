@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Path, Query, Request
@@ -29,10 +30,11 @@ from loadmaster.platform.api.models import (
     transition_out,
 )
 from loadmaster.platform.api.submission import decode_manifest
-from loadmaster.platform.manifest import JobManifest
-from loadmaster.platform.store.jobs import add_job
+from loadmaster.platform.manifest import JobManifest, ManifestError
+from loadmaster.platform.store.jobs import add_job, new_job_id
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import Principal, get_tenant
+from loadmaster.platform.tenancy import resolve_paths, tenant_area
 
 router = APIRouter(prefix="/api/v1/jobs", tags=["jobs"])
 
@@ -66,21 +68,41 @@ async def _bounded_body(request: Request, max_bytes: int) -> bytes:
     return b"".join(chunks)
 
 
-def _admin_submitter(ctx: ApiContext, tenant: str | None) -> tuple[int, str, int | None]:
-    """The tenant the admin submits for: (id, name, most GPUs it may hold)."""
+@dataclass(frozen=True, slots=True)
+class _Submitter:
+    tenant_id: int
+    tenant: str
+    max_gpus: int | None  # the most GPUs the tenant may hold
+    user: str
+    roots: tuple[dict[str, object], ...]
+
+
+def _admin_submitter(ctx: ApiContext, tenant: str | None) -> _Submitter:
+    """The tenant the admin submits for."""
     if not tenant:
         raise field_error(422, "tenant", "the admin token submits on behalf of a tenant: add ?tenant=NAME, "
                                          "or submit with the tenant's own token")
     with ctx.store.session() as s:
         row = get_tenant(s, tenant)
-        return row.id, row.name, None if row.borrow_limit is None else row.gpu_quota + row.borrow_limit
+        return _Submitter(row.id, row.name, None if row.borrow_limit is None else row.gpu_quota + row.borrow_limit,
+                          "admin", tuple(row.roots or ()))
 
 
-def _submitter(who: Principal, tenant: str | None) -> tuple[int, str, int | None]:
+def _submitter(who: Principal, tenant: str | None) -> _Submitter:
     if tenant and tenant != who.tenant:
         raise ApiError(403, f"this token submits for tenant {who.tenant!r} only", [("tenant", "another tenant")])
     assert who.tenant_id is not None and who.tenant is not None
-    return who.tenant_id, who.tenant, who.max_gpus
+    return _Submitter(who.tenant_id, who.tenant, who.max_gpus, who.user, who.roots)
+
+
+def _check_paths(ctx: ApiContext, manifest: JobManifest, job_id: str, by: _Submitter) -> None:
+    """workdir, data and results must stay inside the job's directory, the tenant's area or its roots."""
+    area = tenant_area(ctx.dirs, by.tenant, by.roots)
+    try:
+        resolve_paths(manifest, ctx.dirs.job(job_id), area)
+    except ManifestError as err:
+        first_loc, first_msg = err.problems[0]
+        raise ApiError(422, f"rejected: {first_loc}: {first_msg}", list(err.problems)) from None
 
 
 def _admit(ctx: ApiContext, manifest: JobManifest, tenant: str, max_gpus: int | None) -> None:
@@ -98,14 +120,16 @@ async def submit(request: Request, ctx: Ctx, who: Who,
     manifest = decode_manifest(await _bounded_body(request, ctx.max_body_bytes), request.headers.get("content-type"),
                                ctx.max_body_bytes)
     if who.is_admin:
-        tenant_id, tenant_name, max_gpus = await run_in_threadpool(_admin_submitter, ctx, tenant)
+        by = await run_in_threadpool(_admin_submitter, ctx, tenant)
     else:
-        tenant_id, tenant_name, max_gpus = _submitter(who, tenant)
-    _admit(ctx, manifest, tenant_name, max_gpus)
+        by = _submitter(who, tenant)
+    _admit(ctx, manifest, by.tenant, by.max_gpus)
+    job_id = new_job_id()
+    _check_paths(ctx, manifest, job_id, by)
     now = ctx.clock()
 
     def write(s: Session) -> JobSummary:
-        return summary(add_job(s, tenant_id, manifest, now), tenant_name)
+        return summary(add_job(s, by.tenant_id, manifest, now, job_id=job_id, user=by.user), by.tenant)
 
     # One INSERT of the job and its first history row, committed together with the submissions that arrived
     # meanwhile (group commit); the loop is woken once the batch is committed.

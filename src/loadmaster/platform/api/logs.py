@@ -27,7 +27,7 @@ from starlette.concurrency import run_in_threadpool
 
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.api import actions
-from loadmaster.platform.api.auth import Ctx, Who
+from loadmaster.platform.api.auth import Creds, Ctx, Who
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.api.errors import field_error, responses
 from loadmaster.platform.api.jobs import JobId
@@ -135,8 +135,21 @@ def _status_events(seen: Seen) -> list[bytes]:
             for i, t in enumerate(seen.transitions)]
 
 
+REVOKED = "revoked"  # the event that ends a stream whose token no longer works
+
+
+def _revoked(ctx: ApiContext, token: str) -> bool:
+    return bool(token) and ctx.auth.principal(token) is None
+
+
+def _revoked_event() -> bytes:
+    return _event(REVOKED, {"error": "the token was revoked, rotated or expired; the stream ends"})
+
+
 async def _follow(ctx: ApiContext, who: Principal, job_id: str, first: Seen, number: int | None, rank: int | None,
-                  tail_n: int | None) -> AsyncIterator[bytes]:
+                  tail_n: int | None, token: str = "") -> AsyncIterator[bytes]:
+    """The stream's events. Its token is looked up again at every poll, as any request's is: a stream
+    outlives no revoke."""
     last_sent = time.monotonic()
     seen = first
     after = first.total
@@ -153,6 +166,9 @@ async def _follow(ctx: ApiContext, who: Principal, job_id: str, first: Seen, num
             last_sent = time.monotonic()
             yield b": waiting for the attempt to start\n\n"
         await asyncio.sleep(ctx.stream_poll_s)
+        if await run_in_threadpool(_revoked, ctx, token):
+            yield _revoked_event()
+            return
         seen = await run_in_threadpool(_look, ctx, who, job_id, number, after)
         after = seen.total or after
         for chunk in _status_events(seen):
@@ -192,6 +208,9 @@ async def _follow(ctx: ApiContext, who: Principal, job_id: str, first: Seen, num
             last_sent = time.monotonic()
             yield b": keepalive\n\n"
         await asyncio.sleep(ctx.stream_poll_s)
+        if await run_in_threadpool(_revoked, ctx, token):
+            yield _revoked_event()
+            return
         seen = await run_in_threadpool(_look, ctx, who, job_id, files.number, after)
         after = seen.total or after
         for chunk in _status_events(seen):
@@ -206,7 +225,7 @@ async def _follow(ctx: ApiContext, who: Principal, job_id: str, first: Seen, num
     200: {"description": "Server-sent events: status, attempt, log, end.", "content": {"text/event-stream": {
         "schema": {"type": "string"}}}},
 }, response_class=StreamingResponse, summary="Follow a job's logs and status live until the attempt ends (SSE)")
-async def stream(job_id: JobId, ctx: Ctx, who: Who, attempt: AttemptQ = None, rank: RankQ = None,
+async def stream(job_id: JobId, ctx: Ctx, who: Who, creds: Creds, attempt: AttemptQ = None, rank: RankQ = None,
                  tail_lines: Annotated[int | None, Query(alias="tail", ge=0, le=1_000_000,
                                                          description="Start with the last N lines of each rank "
                                                                      "(default: from the beginning).")] = None,
@@ -221,6 +240,7 @@ async def stream(job_id: JobId, ctx: Ctx, who: Who, attempt: AttemptQ = None, ra
         first = Seen(first.files, first.status, [], first.total)
     if first.files is not None:
         _check_rank(first.files, rank)
-    return StreamingResponse(_follow(ctx, who, job_id, first, attempt, rank, tail_lines),
+    token = creds.credentials if creds is not None else ""
+    return StreamingResponse(_follow(ctx, who, job_id, first, attempt, rank, tail_lines, token),
                              media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

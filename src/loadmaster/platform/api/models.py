@@ -9,13 +9,14 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationEr
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
-from loadmaster.platform.store.tenants import TENANT_NAME_PATTERN
+from loadmaster.platform.store.tenants import TENANT_NAME_PATTERN, USER_NAME_PATTERN
 
 
 class JobSummary(BaseModel):
     id: str
     name: str
     tenant: str
+    user: str = ""  # the tenant's named user whose token submitted it ("admin" for the admin's)
     status: JobStatus
     status_reason: str
     wait_reason: str  # why the scheduler left it waiting in its last round ("" when not waiting)
@@ -169,6 +170,15 @@ class ScaleIn(BaseModel):
     learners: Integer = Field(ge=1, le=1024, description="The new number of learners, within elastic min..max.")
 
 
+class RootIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    # Absolute, no '..' segment, no NUL (the regex has no look-ahead: JSON Schema's and pydantic's both read it).
+    path: str = Field(min_length=1, max_length=4096, pattern=r"^(/+([^/.\x00][^/\x00]*|\.|\.[^/.\x00][^/\x00]*|"
+                                                             r"\.\.[^/\x00]+))*/*$",
+                      description="An absolute directory path without '..'.")
+    writable: bool = Field(default=False, description="Whether the tenant's jobs may write there (results).")
+
+
 class TenantOut(BaseModel):
     name: str
     gpu_quota: int
@@ -177,6 +187,8 @@ class TenantOut(BaseModel):
     gpus_in_use: int
     jobs_queued: int
     jobs_running: int
+    roots: list[RootIn] = Field(default_factory=list)  # beside its own area (~) and each job's directory
+    os_user: str | None = None  # a named OS user its learners run as (else the server's uid range, as root)
 
 
 class TenantList(BaseModel):
@@ -190,6 +202,10 @@ class TenantIn(BaseModel):
     gpus: GpuCount = Field(description="Nominal GPU quota (guaranteed).")
     borrow: GpuCount | None = Field(default=None,
                                description="Borrowing limit: idle GPUs beyond the quota; null: no limit.")
+    user: str = Field(default="default", pattern=USER_NAME_PATTERN, description="The first user's name.")
+    os_user: str | None = Field(default=None, max_length=64,
+                                description="An existing OS user its learners run as (server running as root); "
+                                            "absent: a uid of the server's range.")
 
 
 class QuotaIn(BaseModel):
@@ -197,11 +213,57 @@ class QuotaIn(BaseModel):
     gpus: GpuCount | None = Field(default=None, description="New nominal quota; absent: unchanged.")
     borrow: GpuCount | None = Field(default=None,
                                description="New borrowing limit; absent: unchanged; null: no limit.")
+    roots: list[RootIn] | None = Field(default=None, max_length=64,
+                                       description="Directories its jobs may use beside their own; absent: unchanged.")
+
+
+class TokenIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    user: str = Field(default="default", pattern=USER_NAME_PATTERN, description="The tenant's named user.")
+    expires_in_s: float | None = Field(default=None, gt=0, le=10 * 365 * 86400,
+                                       description="Seconds the token lives; absent: until revoked.")
 
 
 class TokenOut(BaseModel):
     tenant: str
     token: str  # shown once: the server keeps only its hash
+    user: str = "default"
+    expires_at: float | None = None
+
+
+class UserOut(BaseModel):
+    user: str
+    tokens: int
+    created_at: float  # its newest token's
+    expires_at: float | None  # its newest token's expiry (None: until revoked)
+
+
+class UserList(BaseModel):
+    tenant: str
+    users: list[UserOut]
+
+
+class Revoked(BaseModel):
+    tenant: str
+    user: str
+    revoked: int  # tokens
+
+
+class TenantDeleted(BaseModel):
+    tenant: str
+    jobs_deleted: int
+
+
+class AuditOut(BaseModel):
+    at: float
+    actor: str
+    action: str
+    tenant: str
+    detail: str
+
+
+class AuditList(BaseModel):
+    entries: list[AuditOut]
 
 
 class TenantCreated(BaseModel):
@@ -212,6 +274,7 @@ class TenantCreated(BaseModel):
 class WhoAmI(BaseModel):
     admin: bool
     tenant: str | None
+    user: str | None = None
     gpu_quota: int | None
     borrow_limit: int | None
 
@@ -268,6 +331,10 @@ class Health(BaseModel):
     scheduler: bool  # a control loop is attached
     last_round_age_s: float | None = None  # seconds since the control loop's last completed round
     detail: str = ""
+    # How tenants are kept apart below the API: learners sandboxed (bubblewrap), run as tenants' own users.
+    sandbox: bool | None = None
+    tenant_users: bool | None = None
+    isolation: str = ""
 
 
 def gpus_per_learner(job: Job) -> int:
@@ -278,7 +345,8 @@ def gpus_per_learner(job: Job) -> int:
 def summary(job: Job, tenant: str) -> JobSummary:
     per = gpus_per_learner(job)
     return JobSummary(
-        id=job.id, name=job.name, tenant=tenant, status=JobStatus(job.status), status_reason=job.status_reason,
+        id=job.id, name=job.name, tenant=tenant, user=job.user or "", status=JobStatus(job.status),
+        status_reason=job.status_reason,
         wait_reason=job.wait_reason, priority=job.priority, learners=job.learners, gpus_per_learner=per,
         gpus=per * job.learners, submitted_at=job.submitted_at, queued_since=job.queued_since,
         first_started_at=job.first_started_at, finished_at=job.finished_at, attempts=job.attempts,
@@ -321,5 +389,8 @@ def duration_fields(expected_duration_s: float | None) -> dict[str, Any]:
 
 
 def tenant_out(t: Tenant, gpus_in_use: int = 0, queued: int = 0, running: int = 0) -> TenantOut:
+    roots = [RootIn(path=str(r["path"]), writable=bool(r.get("writable"))) for r in t.roots or ()
+             if isinstance(r, dict) and isinstance(r.get("path"), str)]
     return TenantOut(name=t.name, gpu_quota=t.gpu_quota, borrow_limit=t.borrow_limit, created_at=t.created_at,
-                     gpus_in_use=gpus_in_use, jobs_queued=queued, jobs_running=running)
+                     gpus_in_use=gpus_in_use, jobs_queued=queued, jobs_running=running, roots=roots,
+                     os_user=t.os_user)

@@ -6,6 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from sqlalchemy import select
+
 from loadmaster.core.cluster import Cluster
 from loadmaster.platform.control.allocation import Bookings
 from loadmaster.platform.control.launcher import Launcher
@@ -18,6 +20,8 @@ from loadmaster.platform.executors.base import Executor
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.db import Store
+from loadmaster.platform.store.models import Job, Tenant
+from loadmaster.platform.tenancy import Isolation, JobTenancy, job_tenancy, prepare_job_dirs
 
 
 @dataclass
@@ -43,6 +47,8 @@ class Context:
     # Jobs whose scheduling view must be rebuilt (their run, pending start or backoff changed).
     touched: set[str] = field(default_factory=set)
     progress_flush_s: float = 2.0  # a running job's progress is written to the store at most this often
+    isolation: Isolation = field(default_factory=Isolation)
+    tenancies: dict[str, JobTenancy] = field(default_factory=dict)  # read at each start (roots may change)
 
     def __post_init__(self) -> None:
         self.node_index = {n.name: i for i, n in enumerate(self.cluster.nodes)}
@@ -59,6 +65,36 @@ class Context:
             self.manifests[job_id] = found
         return found
 
+    def tenancy(self, job_id: str, *, fresh: bool = False) -> JobTenancy:
+        """The job's paths and OS user; `fresh` reads its tenant again (at a start: roots may have changed)."""
+        found = None if fresh else self.tenancies.get(job_id)
+        if found is None:
+            manifest = self.manifest(job_id)
+            with self.store.session() as s:
+                row = s.execute(select(Tenant.id, Tenant.name, Tenant.roots, Tenant.os_uid, Tenant.os_gid)
+                                .join(Job, Job.tenant_id == Tenant.id).where(Job.id == job_id)).one()
+            found = job_tenancy(self.dirs, self.isolation, job_id, manifest, row[1], row[0], row[2], row[3], row[4])
+            self.tenancies[job_id] = found
+        return found
+
+    def download(self, job_id: str, attempt: int) -> None:
+        """Stage the job's data in (as the tenant's OS user), into a data directory made for it."""
+        t = self.tenancy(job_id)
+        prepare_job_dirs(self.dirs, job_id, t)
+        url = t.paths.data if t.paths is not None else None
+        self.stager.download(job_id, attempt, url or str(self.manifest(job_id).data), self.dirs.data(job_id),
+                             run_as=t.run_as, refusal=t.problem)
+
+    def results_url(self, job_id: str) -> str | None:
+        t = self.tenancy(job_id)
+        return t.paths.results if t.paths is not None else self.manifest(job_id).results
+
+    def upload(self, job_id: str, attempt: int) -> None:
+        t = self.tenancy(job_id)
+        url = self.results_url(job_id)
+        assert url is not None
+        self.stager.upload(job_id, attempt, self.dirs.results(job_id), url, run_as=t.run_as, refusal=t.problem)
+
     def load_manifests(self, ids: list[str]) -> None:
         missing = [j for j in ids if j not in self.manifests]
         if missing:
@@ -68,6 +104,7 @@ class Context:
         """A job left the unfinished statuses: drop what the loop kept of it (bounded memory)."""
         if job_id not in self.runs:
             self.manifests.pop(job_id, None)
+            self.tenancies.pop(job_id, None)
         self.pending.pop(job_id, None)
         self.backoff.pop(job_id, None)
         self.touched.add(job_id)

@@ -138,14 +138,14 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
 
 
 def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None) -> None:
-    url = ctx.manifest(job.id).results
+    url = ctx.results_url(job.id)
     learners = len(run.spec.learners) if run is not None else job.learners
     if url:
         # The learners are gone: their GPUs are free while the results are copied.
         transition(b.s, job, JobStatus.STORING, b.now, f"all {learners} learner(s) exited 0; copying results to {url}")
         ctx.report.stored.append(job.id)
         job_id, number = job.id, job.attempts
-        b.after(lambda: ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url))
+        b.after(lambda: ctx.upload(job_id, number))
         return
     transition(b.s, job, JobStatus.COMPLETED, b.now, f"all {learners} learner(s) exited 0")
     ctx.report.completed.append(job.id)

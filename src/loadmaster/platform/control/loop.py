@@ -56,6 +56,7 @@ from loadmaster.platform.executors.base import Executor, MembershipSource
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store, transient
 from loadmaster.platform.store.models import Job, Tenant
+from loadmaster.platform.tenancy import Isolation
 from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.placement.base import Placer
@@ -109,7 +110,8 @@ class ControlLoop:
                  tick_s: float = 0.5, grace_s: float = 10.0, default_duration_s: float = DEFAULT_DURATION_S,
                  progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
                  estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
-                 stuck_after_s: float | None = None, coalesce_s: float = 0.02, nodes_every_s: float = 1.0) -> None:
+                 stuck_after_s: float | None = None, coalesce_s: float = 0.02,
+                 isolation: Isolation | None = None, nodes_every_s: float = 1.0) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
@@ -121,7 +123,7 @@ class ControlLoop:
         self.metrics = LoopMetrics()
         self.ctx = Context(store, cluster, executor, dirs, clock, grace_s, Stager(self.wake),
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
-                           progress_flush_s=progress_flush_s)
+                           progress_flush_s=progress_flush_s, isolation=isolation or Isolation())
         self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
         # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
         self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,

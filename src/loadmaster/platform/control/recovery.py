@@ -146,15 +146,14 @@ def recover(ctx: Context) -> RecoveryReport:
     if events:  # the store first: a store error here leaves the memory empty, and recover() is tried again
         commit(ctx.store, ctx.clock(), lambda b: route_all(b, ctx, events))
     for job_id, number in storing:
-        url = ctx.manifest(job_id).results
-        if url:
-            ctx.stager.upload(job_id, number, ctx.dirs.results(job_id), url)
+        if ctx.results_url(job_id):
+            ctx.upload(job_id, number)
             report.restored.append(job_id)
     for run in kept:
         ctx.runs[run.job_id] = run
         ctx.bookings.book(run.job_id, to_document(list(run.spec.learners), run.spec.master_port))
         if run.phase is Phase.DOWNLOADING:
-            ctx.stager.download(run.job_id, run.attempt, str(ctx.manifest(run.job_id).data), ctx.dirs.data(run.job_id))
+            ctx.download(run.job_id, run.attempt)
         elif run.stop is not None:
             ctx.executor.stop(run.job_id, run.attempt, ctx.grace_s)  # the executor's deadline died with the server
     ctx.dirty = True

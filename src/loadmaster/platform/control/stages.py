@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
 
-from loadmaster.platform.staging import Staged, StagingError, stage_in, stage_out
+from loadmaster.platform.staging import Staged, StagingError, copy_as
+from loadmaster.platform.tenancy import RunAs
 
 
 class StageKind(StrEnum):
@@ -33,6 +34,12 @@ class StageDone:
     error: StagingError | None
 
 
+def _copy(refusal: str | None, run_as: RunAs | None, kind: StageKind, url: str, local: Path) -> Staged:
+    if refusal is not None:  # the job's paths are outside its tenant's roots now
+        raise StagingError(refusal, missing=True)
+    return copy_as(run_as, kind.value, url, local)
+
+
 class Stager:
     def __init__(self, wake: Callable[[], None], workers: int = 2) -> None:
         self._wake = wake
@@ -42,11 +49,16 @@ class Stager:
         self._done: dict[tuple[StageKind, str], StageDone] = {}
         self.closed = False
 
-    def download(self, job_id: str, attempt: int, url: str, dest: Path) -> None:
-        self._submit(StageKind.DOWNLOAD, job_id, attempt, url, lambda: stage_in(url, dest))
+    def download(self, job_id: str, attempt: int, url: str, dest: Path, *, run_as: RunAs | None = None,
+                 refusal: str | None = None) -> None:
+        """run_as: copy as that OS user (a tenant's), so that the copy has its rights and no more."""
+        self._submit(StageKind.DOWNLOAD, job_id, attempt, url,
+                     lambda: _copy(refusal, run_as, StageKind.DOWNLOAD, url, dest))
 
-    def upload(self, job_id: str, attempt: int, src: Path, url: str) -> None:
-        self._submit(StageKind.UPLOAD, job_id, attempt, url, lambda: stage_out(src, url))
+    def upload(self, job_id: str, attempt: int, src: Path, url: str, *, run_as: RunAs | None = None,
+               refusal: str | None = None) -> None:
+        self._submit(StageKind.UPLOAD, job_id, attempt, url,
+                     lambda: _copy(refusal, run_as, StageKind.UPLOAD, url, src))
 
     def busy(self, kind: StageKind, job_id: str) -> bool:
         with self._lock:

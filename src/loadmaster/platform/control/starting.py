@@ -35,6 +35,7 @@ from loadmaster.platform.executors.base import AttemptSpec, LearnerSpec
 from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Attempt
+from loadmaster.platform.tenancy import prepare_job_dirs
 
 log = logging.getLogger("loadmaster.control")
 
@@ -57,14 +58,17 @@ class Statement:
 def attempt_spec(ctx: Context, job_id: str, attempt: int, manifest: JobManifest, learners: tuple[LearnerSpec, ...],
                  master_port: int) -> AttemptSpec:
     dirs = ctx.dirs
+    t = ctx.tenancy(job_id)
     return AttemptSpec(
         job_id=job_id, attempt=attempt, command=manifest.argv,
         # Without a workdir a job runs in its own directory, never in the server's.
-        workdir=manifest.workdir or str(dirs.job(job_id)),
+        workdir=t.paths.workdir if t.paths is not None else str(dirs.work(job_id)),
         env=dict(manifest.env), learners=learners, master_port=master_port,
         checkpoint_dir=str(dirs.checkpoints(job_id)), results_dir=str(dirs.results(job_id)),
         log_dir=str(dirs.logs(job_id, attempt)), report_dir=str(dirs.reports(job_id, attempt)),
         data_dir=str(dirs.data(job_id)) if manifest.data else None, stop_grace_s=manifest.stop_grace_s,
+        run_as=None if t.run_as is None else (t.run_as.uid, t.run_as.gid), binds=t.binds(), refusal=t.problem,
+        home=str(t.area.home),
     )
 
 
@@ -114,6 +118,7 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
         transition(b.s, job, JobStatus.DOWNLOADING, now, f"staging data from {manifest.data}")
     elif not relaunch:
         transition(b.s, job, JobStatus.PROCESSING, now, f"{len(learners)} learner(s) launching on {nodes}")
+    ctx.tenancy(job_id, fresh=True)  # the tenant's roots and user as they are now
     spec = attempt_spec(ctx, job_id, number, manifest, tuple(learners), port)
     # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
     prior = prior_runtime(b.s, job_id) if manifest.max_runtime_s is not None and number > 1 else 0.0
@@ -132,8 +137,7 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
         ctx.changed(job_id)
         ctx.report.started.append(job_id)
         if data:
-            ctx.dirs.data(job_id).parent.mkdir(parents=True, exist_ok=True)
-            ctx.stager.download(job_id, number, str(manifest.data), ctx.dirs.data(job_id))
+            ctx.download(job_id, number)
         else:
             launch(ctx, run)
 
@@ -155,8 +159,7 @@ def _drop(ctx: Context, job_id: str) -> None:
 
 def launch(ctx: Context, run: RunState) -> None:
     """Hand the gang of an attempt whose allocation is stored to the executor (in a launch thread)."""
-    for path in (ctx.dirs.checkpoints(run.job_id), ctx.dirs.results(run.job_id)):
-        path.mkdir(parents=True, exist_ok=True)  # the job's own directory is its default workdir
+    prepare_job_dirs(ctx.dirs, run.job_id, ctx.tenancy(run.job_id))
     run.phase = Phase.LAUNCHING
     ctx.launcher.launch(run.spec)
 

@@ -127,6 +127,8 @@ def grace_for(spec: AttemptSpec, default_s: float) -> float:
 def check_spec(spec: AttemptSpec) -> None:
     """Refuse specs no executor can launch, naming the field and the fix (raised as LaunchError)."""
     where = f"job {spec.job_id} attempt {spec.attempt}"
+    if spec.refusal is not None:  # the job's paths are outside its tenant's roots now: its input, not the machine
+        raise LaunchError(f"{where}: {spec.refusal}", user_error=True)
     if not spec.command:
         raise LaunchError(f"{where}: the command is empty; give the job a command to run")
     ranks = sorted(learner.rank for learner in spec.learners)

@@ -63,6 +63,7 @@ from loadmaster.platform.executors.gang import (
 from loadmaster.platform.executors.jsonlines import JsonLines
 from loadmaster.platform.executors.procs import boot_id, is_running, proc_state, reap_zombie, signal_group
 from loadmaster.platform.executors.registry import AttemptRegistry
+from loadmaster.platform.executors.sandbox import clean_env, confined_argv
 from loadmaster.platform.executors.shim import CANNOT_START, ShimRequest
 from loadmaster.platform.executors.spawn import (
     ShimRecord,
@@ -112,6 +113,7 @@ class LocalExecutor:
         start_timeout_s: float = 30.0,
         clock: Callable[[], float] = time.time,
         survey_root: Path | None = None,
+        sandbox: str | None = None,
     ) -> None:
         self.gpu_map = None if gpu_map is None else {node: tuple(ids) for node, ids in gpu_map.items()}
         self.failure_grace_s = failure_grace_s
@@ -122,6 +124,7 @@ class LocalExecutor:
         self._attempts = self._registry.attempts
         self._lock = self._registry.lock
         self._watcher = _ExitWatcher()
+        self.sandbox = sandbox  # the bwrap binary (sandbox.find_bwrap); None: learners run unconfined
 
     # ------------------------------------------------------------------------------------------- launch
 
@@ -133,16 +136,21 @@ class LocalExecutor:
         places = placements(spec)
         cuda = {learner.rank: self._cuda_devices(spec, learner, places[learner.rank].visible_gpus)
                 for learner in spec.learners}
+        run_as = spec.run_as if spec.run_as is not None and os.geteuid() == 0 else None
         with self._registry.reserve(spec.job_id, spec.attempt):
-            files = _prepare_files(spec)
+            files = _prepare_files(spec, run_as)
+            argv = confined_argv(self.sandbox, spec, run_as)  # after the directories it binds exist
             requests = {
                 learner.rank: ShimRequest(
-                    argv=spec.command, workdir=spec.workdir, log=str(files.log(learner.rank)),
+                    argv=argv, workdir=spec.workdir, log=str(files.log(learner.rank)),
                     exit=str(files.exit(learner.rank)), pid=str(files.pid(learner.rank)),
-                    env=learner_env(spec, learner, places[learner.rank], master_addr="127.0.0.1",
-                                    cuda_visible_devices=cuda[learner.rank],
-                                    report_file=str(files.report(learner.rank)), preempt_file=str(files.preempt)),
-                    lock=str(files.lock(learner.rank)), fence=str(files.fence),
+                    env=clean_env(spec.home) | learner_env(
+                        spec, learner, places[learner.rank], master_addr="127.0.0.1",
+                        cuda_visible_devices=cuda[learner.rank], report_file=str(files.report(learner.rank)),
+                        preempt_file=str(files.preempt)),
+                    lock=str(files.lock(learner.rank)), fence=str(files.fence), clean=True,
+                    uid=None if run_as is None else run_as[0], gid=None if run_as is None else run_as[1],
+                    sandboxed=self.sandbox is not None,
                 ) for learner in spec.learners
             }
             offsets = {rank: size_of(files.report(rank)) for rank in requests}
@@ -409,7 +417,7 @@ def _signal_alive(att: _Attempt, signum: int) -> None:
     signal_learners([att.learners[rank].record for rank in att.gang.alive], signum)
 
 
-def _prepare_files(spec: AttemptSpec) -> AttemptFiles:
+def _prepare_files(spec: AttemptSpec, run_as: tuple[int, int] | None = None) -> AttemptFiles:
     files = AttemptFiles(Path(spec.log_dir), Path(spec.report_dir))
     if files.fence.exists():
         raise LaunchError(f"job {spec.job_id} attempt {spec.attempt} was given up by a server restart (fenced); "
@@ -418,6 +426,13 @@ def _prepare_files(spec: AttemptSpec) -> AttemptFiles:
         files.make_dirs()
         for directory in (spec.checkpoint_dir, spec.results_dir):
             Path(directory).mkdir(parents=True, exist_ok=True)
+        # The logs and control files stay the server's (the learner may pass, not change them); the reports
+        # directory is the learner's own.
+        for server_own in (files.log_dir.parent, files.log_dir):
+            os.chmod(server_own, 0o711)
+        if run_as is not None:
+            os.chown(files.report_dir, *run_as)
+        os.chmod(files.report_dir, 0o700)
         # Leftovers of an earlier launch of this same attempt would read as this launch's outcome.
         for learner in spec.learners:
             files.exit(learner.rank).unlink(missing_ok=True)

@@ -24,6 +24,7 @@ from typing import Any
 
 from loadmaster.platform.executors.files import AttemptFiles, read_from, read_json, size_of, write_atomic
 from loadmaster.platform.executors.procs import is_running, start_token
+from loadmaster.platform.executors.sandbox import clean_env
 from loadmaster.platform.executors.shim import ShimRequest, lost_marker
 from loadmaster.platform.executors.spawn import (
     ShimRecord,
@@ -114,9 +115,10 @@ class LearnerHost:
         # The report and preempt files are this node's copies; the server mirrors them.
         env = {**on_path(env, python_dir), contract.REPORT_FILE: str(self.files.report(self.rank)),
                contract.PREEMPT_FILE: str(self.files.preempt)}
-        request = ShimRequest(argv=tuple(argv), workdir=workdir, env=env, log=str(self.files.log(self.rank)),
-                              exit=str(self.files.exit(self.rank)), pid=str(self.files.pid(self.rank)),
-                              watch=_me_and_raylet())
+        # Nothing of the Ray worker's environment (its RAY_* settings, the node's credentials) reaches the learner.
+        request = ShimRequest(argv=tuple(argv), workdir=workdir, env=clean_env(None) | env,
+                              log=str(self.files.log(self.rank)), exit=str(self.files.exit(self.rank)),
+                              pid=str(self.files.pid(self.rank)), clean=True, watch=_me_and_raylet())
         try:
             self.popen = spawn_shim(request)
         except OSError as exc:

@@ -63,19 +63,25 @@ class ShimRequest:
     pid: str
     lock: str | None = None
     fence: str | None = None
+    clean: bool = False  # env is the learner's whole environment (sandbox.clean_env under it), not an overlay
+    uid: int | None = None  # run the command as this OS user (the shim runs as root then)
+    gid: int | None = None
+    sandboxed: bool = False  # argv starts with bwrap: a death by signal N comes back as exit code 128 + N
     watch: tuple[tuple[int, str], ...] = ()  # (pid, start token): the learner stops when one is gone
 
     def to_json(self) -> str:
         return json.dumps({"argv": list(self.argv), "workdir": self.workdir, "env": self.env,
                            "log": self.log, "exit": self.exit, "pid": self.pid, "lock": self.lock,
-                           "fence": self.fence, "watch": [list(w) for w in self.watch]})
+                           "fence": self.fence, "clean": self.clean, "uid": self.uid, "gid": self.gid,
+                           "sandboxed": self.sandboxed, "watch": [list(w) for w in self.watch]})
 
     @staticmethod
     def from_json(text: str) -> ShimRequest:
         data: dict[str, Any] = json.loads(text)
         watch = tuple((int(pid), str(start)) for pid, start in data.get("watch") or ())
         return ShimRequest(tuple(data["argv"]), data["workdir"], dict(data["env"]), data["log"],
-                           data["exit"], data["pid"], data.get("lock"), data.get("fence"), watch)
+                           data["exit"], data["pid"], data.get("lock"), data.get("fence"), bool(data.get("clean")),
+                           data.get("uid"), data.get("gid"), bool(data.get("sandboxed")), watch)
 
 
 def _hold_lock(request: ShimRequest) -> bool:
@@ -174,8 +180,10 @@ def run(request: ShimRequest) -> int:
     with open(request.log, "ab") as log:
         try:
             child = subprocess.Popen(
-                request.argv, cwd=request.workdir, env=child_env(os.environ, request.env),
+                request.argv, cwd=request.workdir,
+                env=dict(request.env) if request.clean else child_env(os.environ, request.env),
                 stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, process_group=0,
+                user=request.uid, group=request.gid, extra_groups=[] if request.uid is not None else None,
             )
         except OSError as exc:
             print(f"loadmaster: cannot start {request.argv[0]!r} in {request.workdir!r}: {exc}", file=sys.stderr)
@@ -191,6 +199,8 @@ def run(request: ShimRequest) -> int:
     _wait_for_leader(child.pid)
     _clean_up(child.pid)
     code = child.wait()
+    if request.sandboxed and 128 < code < 128 + signal.NSIG:
+        code = -(code - 128)  # as subprocess reports a death by signal outside a sandbox
     if lost_marker(request.exit).exists():
         code = LOST_EXIT_CODE
     write_atomic(Path(request.exit), f"{code}\n")

@@ -3,6 +3,7 @@ executor and the Ray host actor, which both are the shims' parents (or adopt the
 
 from __future__ import annotations
 
+import os
 import signal
 import subprocess
 import sys
@@ -60,13 +61,26 @@ def signal_learners(records: Iterable[ShimRecord], signum: int) -> None:
     signal_trees([((r.pid, r.start), (r.shim_pid, r.shim_start)) for r in records], signum)
 
 
+_SHIM_NEEDS = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHOME", "TMPDIR")
+
+
+def _shim_env(request: ShimRequest) -> dict[str, str] | None:
+    """The shim's own environment: with a clean request (the learner's whole environment in it), only what
+    running Python needs, so that no secret of the server's sits in a process beside the learner's; else the
+    server's (the shim passes it on to the learner under the request's overlay)."""
+    if not request.clean:
+        return None
+    return {k: v for k, v in os.environ.items() if k in _SHIM_NEEDS}
+
+
 def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
     """Start the shim in a new session (it survives our death) with its stderr on the learner's log."""
     with open(request.log, "ab") as log:
+        os.fchmod(log.fileno(), 0o600)  # the learner's output is its tenant's business (and the server's)
         popen = subprocess.Popen(
             [sys.executable, "-m", "loadmaster.platform.executors.shim"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-            cwd=_PACKAGE_PARENT, start_new_session=True, close_fds=True,
+            cwd=_PACKAGE_PARENT, start_new_session=True, close_fds=True, env=_shim_env(request),
         )
     assert popen.stdin is not None
     try:

@@ -24,10 +24,18 @@ class Tenant(Base):
     gpu_quota: Mapped[int] = mapped_column(Integer)  # nominal: guaranteed
     borrow_limit: Mapped[int | None] = mapped_column(Integer, nullable=True)  # None: may borrow any idle GPU
     created_at: Mapped[float] = mapped_column(Float)
+    # Directories beside its own area its jobs may use: [{"path", "writable"}] (tenancy.Root); None: none.
+    roots: Mapped[list[Any] | None] = mapped_column(JSON(none_as_null=True), nullable=True)
+    # The OS user its learners run as when the server runs as root: a named user (tenant create --os-user),
+    # else None and the server's uid range gives one (tenancy.DEFAULT_UID_BASE + id).
+    os_user: Mapped[str | None] = mapped_column(String(64), nullable=True)
+    os_uid: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    os_gid: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
 
 class Token(Base):
-    """An API token, stored as its SHA-256. tenant_id None with is_admin: the admin token."""
+    """An API token, stored as its SHA-256. tenant_id None with is_admin: the admin token. A tenant's token
+    belongs to one of its named users (one live token per user: rotating replaces it, revoking deletes it)."""
 
     __tablename__ = "tokens"
 
@@ -36,6 +44,21 @@ class Token(Base):
     tenant_id: Mapped[int | None] = mapped_column(ForeignKey("tenants.id", ondelete="CASCADE"), nullable=True)
     is_admin: Mapped[bool] = mapped_column(Boolean, default=False)
     created_at: Mapped[float] = mapped_column(Float)
+    user: Mapped[str] = mapped_column(String(64), default="default", server_default="default")
+    expires_at: Mapped[float | None] = mapped_column(Float, nullable=True)  # None: until revoked
+
+
+class AuditEntry(Base):
+    """An admin action (tenant created, deleted, limits or roots set, token issued, rotated, revoked)."""
+
+    __tablename__ = "audit"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True)
+    at: Mapped[float] = mapped_column(Float, index=True)
+    actor: Mapped[str] = mapped_column(String(160))  # "admin", or "tenant/user" for a tenant's own action
+    action: Mapped[str] = mapped_column(String(32))
+    tenant: Mapped[str] = mapped_column(String(64), default="")
+    detail: Mapped[str] = mapped_column(Text, default="")
 
 
 class Job(Base):
@@ -44,6 +67,7 @@ class Job(Base):
     id: Mapped[str] = mapped_column(String(32), primary_key=True)
     tenant_id: Mapped[int] = mapped_column(ForeignKey("tenants.id"))
     name: Mapped[str] = mapped_column(String(128))
+    user: Mapped[str] = mapped_column(String(64), default="", server_default="")  # the token's user who submitted
     manifest: Mapped[dict[str, Any]] = mapped_column(JSON(none_as_null=True))
     status: Mapped[str] = mapped_column(String(16))
     status_reason: Mapped[str] = mapped_column(Text, default="")

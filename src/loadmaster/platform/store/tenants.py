@@ -1,4 +1,7 @@
-"""Tenants, their GPU quotas, and the API tokens that act for them.
+"""Tenants, their GPU quotas, roots and OS users, the API tokens of their named users, and the audit log.
+
+Every request looks its token up in the store (one indexed read, no memo): a revoked, rotated or expired
+token, or one deleted by hand, fails at its next request.
 
 A token is shown once, when it is made, and stored only as its SHA-256: a copy of the database lets nobody
 act as a tenant. Tokens are long random strings, so a plain (unsalted) hash is enough and lets a request be
@@ -10,17 +13,23 @@ from __future__ import annotations
 import hashlib
 import re
 import secrets
+import time
 from dataclasses import dataclass
 
-from sqlalchemy import select
+from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
-from loadmaster.platform.store.models import Tenant, Token
+from loadmaster.core.job import JobStatus
+from loadmaster.platform.store.models import Attempt, AuditEntry, Estimate, Job, Tenant, Token, Transition
 
 TOKEN_PREFIX = "lm_"
 MAX_QUOTA = 1_000_000
 TENANT_NAME_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,63}$"
 _TENANT_NAME = re.compile(TENANT_NAME_PATTERN)
+USER_NAME_PATTERN = r"^[a-z0-9][a-z0-9._@-]{0,63}$"
+_USER_NAME = re.compile(USER_NAME_PATTERN)
+DEFAULT_USER = "default"
+MAX_TOKEN_LIFE_S = 10 * 365 * 86400.0
 
 
 class TenantError(ValueError):
@@ -48,6 +57,12 @@ class Principal:
     tenant: str | None = None
     gpu_quota: int = 0
     borrow_limit: int | None = None
+    user: str = ""  # the tenant's named user the token belongs to
+    roots: tuple[dict[str, object], ...] = ()  # the tenant's roots as stored (tenancy.Root.from_dict)
+
+    @property
+    def actor(self) -> str:
+        return "admin" if self.is_admin else f"{self.tenant}/{self.user}"
 
     @property
     def max_gpus(self) -> int | None:
@@ -70,6 +85,13 @@ def check_name(name: str) -> str:
     return name
 
 
+def check_user(user: str) -> str:
+    if not _USER_NAME.match(user):
+        raise TenantError("user", f"user name {user!r} is not valid: use 1-64 lower-case letters, digits, '.', "
+                                  "'_', '@' or '-', starting with a letter or digit")
+    return user
+
+
 def check_limits(gpu_quota: int, borrow_limit: int | None) -> None:
     if not 0 <= gpu_quota <= MAX_QUOTA:
         raise TenantError("gpus", f"gpus (the nominal quota) must be between 0 and {MAX_QUOTA}, got {gpu_quota}")
@@ -78,16 +100,40 @@ def check_limits(gpu_quota: int, borrow_limit: int | None) -> None:
                                     f"for no limit; got {borrow_limit}")
 
 
-def create_tenant(s: Session, name: str, gpu_quota: int, borrow_limit: int | None, now: float) -> tuple[Tenant, str]:
-    """A new tenant and its first API token (returned in clear text: the only time it exists)."""
+def create_tenant(s: Session, name: str, gpu_quota: int, borrow_limit: int | None, now: float, *,
+                  user: str = DEFAULT_USER, os_user: tuple[str, int, int] | None = None) -> tuple[Tenant, str]:
+    """A new tenant and its first user's API token (returned in clear text: the only time it exists).
+    os_user: (name, uid, gid) its learners run as when the server runs as root."""
     check_name(name)
     check_limits(gpu_quota, borrow_limit)
+    check_user(user)
     if s.scalar(select(Tenant.id).where(Tenant.name == name)) is not None:
         raise TenantExists("name", f"tenant {name!r} exists already; choose another name or set its quota")
     tenant = Tenant(name=name, gpu_quota=gpu_quota, borrow_limit=borrow_limit, created_at=now)
+    if os_user is not None:
+        tenant.os_user, tenant.os_uid, tenant.os_gid = os_user
     s.add(tenant)
     s.flush()
-    return tenant, issue_token(s, tenant.id, now)
+    return tenant, issue_token(s, tenant.id, now, user=user)
+
+
+def delete_tenant(s: Session, name: str) -> int:
+    """Delete a tenant with its tokens and its finished jobs' records; refused while it has unfinished jobs.
+    The number of jobs deleted."""
+    tenant = get_tenant(s, name)
+    terminal = [st.value for st in JobStatus if st.terminal]
+    busy = s.scalar(select(Job.id).where(Job.tenant_id == tenant.id, Job.status.not_in(terminal)).limit(1))
+    if busy is not None:
+        raise TenantError("name", f"tenant {name!r} has unfinished jobs (e.g. {busy}); cancel them first "
+                                  "(`loadmaster job cancel`), then delete the tenant")
+    jobs = select(Job.id).where(Job.tenant_id == tenant.id).scalar_subquery()
+    for table in (Transition, Attempt, Estimate):
+        s.execute(delete(table).where(table.job_id.in_(jobs)))
+    count = len(s.scalars(select(Job.id).where(Job.tenant_id == tenant.id)).all())
+    s.execute(delete(Job).where(Job.tenant_id == tenant.id))
+    s.execute(delete(Token).where(Token.tenant_id == tenant.id))
+    s.delete(tenant)
+    return count
 
 
 def get_tenant(s: Session, name: str) -> Tenant:
@@ -112,28 +158,81 @@ def set_quota(s: Session, name: str, gpu_quota: int | None, borrow_limit: int | 
     return tenant
 
 
-def issue_token(s: Session, tenant_id: int | None, now: float, *, admin: bool = False) -> str:
+def _expiry(now: float, expires_in_s: float | None) -> float | None:
+    if expires_in_s is None:
+        return None
+    if not 0 < expires_in_s <= MAX_TOKEN_LIFE_S:
+        raise TenantError("expires_in_s", f"expires_in_s must be more than 0 and at most {MAX_TOKEN_LIFE_S:g} "
+                                          f"(ten years), or left out for a token that lives until revoked; got "
+                                          f"{expires_in_s:g}")
+    return now + expires_in_s
+
+
+def issue_token(s: Session, tenant_id: int | None, now: float, *, admin: bool = False, user: str = DEFAULT_USER,
+                expires_in_s: float | None = None) -> str:
     token = new_token()
-    s.add(Token(token_hash=hash_token(token), tenant_id=tenant_id, is_admin=admin, created_at=now))
+    s.add(Token(token_hash=hash_token(token), tenant_id=tenant_id, is_admin=admin, created_at=now,
+                user="admin" if admin else check_user(user), expires_at=_expiry(now, expires_in_s)))
     return token
 
 
-def authenticate(s: Session, token: str) -> Principal | None:
-    """The principal a token acts for, or None for a token nobody issued."""
+def revoke_tokens(s: Session, name: str, user: str) -> int:
+    """Delete every token of the tenant's user: they fail from the next request on. The number revoked."""
+    tenant = get_tenant(s, name)
+    found = s.scalars(select(Token.id).where(Token.tenant_id == tenant.id, Token.user == user)).all()
+    if not found:
+        raise NoSuchTenant("user", f"tenant {name!r} has no user {user!r} with a token; `loadmaster tenant token "
+                                   f"list {name}` shows them")
+    s.execute(delete(Token).where(Token.id.in_(found)))
+    return len(found)
+
+
+def rotate_token(s: Session, name: str, user: str, now: float, expires_in_s: float | None = None) -> str:
+    """A new token for the user, its old ones revoked in the same transaction."""
+    tenant = get_tenant(s, name)
+    revoke_tokens(s, name, user)
+    return issue_token(s, tenant.id, now, user=user, expires_in_s=expires_in_s)
+
+
+def list_users(s: Session, name: str) -> list[Token]:
+    tenant = get_tenant(s, name)
+    return list(s.scalars(select(Token).where(Token.tenant_id == tenant.id).order_by(Token.user, Token.id)))
+
+
+def record(s: Session, actor: str, action: str, tenant: str, detail: str, now: float) -> None:
+    """Append an admin action to the audit log (in the transaction of the action itself)."""
+    s.add(AuditEntry(at=now, actor=actor, action=action, tenant=tenant, detail=detail))
+
+
+def audit_log(s: Session, *, tenant: str | None = None, limit: int = 100) -> list[AuditEntry]:
+    q = select(AuditEntry).order_by(AuditEntry.at.desc(), AuditEntry.id.desc()).limit(limit)
+    if tenant is not None:
+        q = q.where(AuditEntry.tenant == tenant)
+    return list(s.scalars(q))
+
+
+def authenticate(s: Session, token: str, now: float | None = None) -> Principal | None:
+    """The principal a token acts for, or None for a token nobody issued, revoked or expired (as of `now`,
+    default the time now)."""
+    now = time.time() if now is None else now
     row = s.execute(
-        select(Token.is_admin, Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit)
+        select(Token.is_admin, Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit, Token.user,
+               Token.expires_at, Tenant.roots)
         .outerjoin(Tenant, Token.tenant_id == Tenant.id)
         .where(Token.token_hash == hash_token(token))
     ).first()
     if row is None:
         return None
-    is_admin, name, quota, borrow = row[0], row[2], row[3], row[4]
+    is_admin, name, quota, borrow, user, expires_at, roots = row[0], row[2], row[3], row[4], row[5], row[6], row[7]
     tenant_id: int | None = row[1]  # an outer join: None when the token has no tenant
+    if expires_at is not None and expires_at <= now:
+        return None
     if is_admin:
-        return Principal(is_admin=True)
+        return Principal(is_admin=True, user="admin")
     if tenant_id is None:  # a tenant token whose tenant is gone (cascade should have removed it)
         return None
-    return Principal(is_admin=False, tenant_id=tenant_id, tenant=name, gpu_quota=quota, borrow_limit=borrow)
+    return Principal(is_admin=False, tenant_id=tenant_id, tenant=name, gpu_quota=quota, borrow_limit=borrow,
+                     user=user, roots=tuple(roots or ()))
 
 
 def ensure_admin_token(s: Session, from_env: str | None, now: float) -> str | None:
