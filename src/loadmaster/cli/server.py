@@ -33,6 +33,9 @@ def server(
     checkpoint_interval: Annotated[float | None, typer.Option(
         "--checkpoint-interval", help="Seconds between the jobs' checkpoints, as the policy weighs what a "
                                       "preemption loses (default: the policy's, 900).")] = None,
+    max_upload_mb: Annotated[float, typer.Option("--max-upload-mb", min=0.001, help="The most MiB a job's code "
+                                                                                  "package (--working-dir) may "
+                                                                                  "unpack to.")] = 100.0,
 ) -> None:
     """Run the platform: the API (docs at /docs, dashboard at /ui) and the control loop."""
     from loadmaster.platform.server import Platform, ServerError, ServerOptions
@@ -44,7 +47,7 @@ def server(
     logging.getLogger("alembic").setLevel(logging.WARNING)  # "Context impl SQLiteImpl" at every start
     options = ServerOptions(db=db, executor=executor, nodes=nodes, host=host, port=port, policy=policy,
                             placement=placement, data_dir=data_dir, grace_s=grace, tick_s=tick,
-                            checkpoint_interval_s=checkpoint_interval)
+                            checkpoint_interval_s=checkpoint_interval, max_upload_mb=max_upload_mb)
     try:
         platform = Platform.build(options)
     except (ServerError, StoreError, TenantError, OSError) as err:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -88,6 +89,23 @@ class Client:
             return self.request("POST", f"{API}/jobs", content=manifest.encode(), headers={"content-type": kind},
                                 params=params)
         return self.request("POST", f"{API}/jobs", json=dict(manifest), params=params)
+
+    def upload_code(self, directory: Path, max_bytes: int) -> str:
+        """Pack a working directory (platform/code.py) and upload it unless the server has it; its digest,
+        for the manifest's `code`. CodeError when the directory cannot be packed (too large: the message says
+        how to change the limit)."""
+        from loadmaster.platform.code import pack
+
+        package = pack(directory, max_bytes)
+        try:
+            self.request("GET", f"{API}/code/{package.digest}")
+            return package.digest
+        except ClientError as err:
+            if err.status != 404:
+                raise
+        answer = self.request("POST", f"{API}/code", content=package.archive,
+                              headers={"content-type": "application/octet-stream"}, timeout=300.0)
+        return str(answer["digest"])
 
     def jobs_page(self, *, status: list[str] | None = None, name: str | None = None,
                   name_contains: str | None = None, id_prefix: str | None = None, tenant: str | None = None,

@@ -6,6 +6,8 @@ learners write there, the API reads logs from there: one definition, so the thre
     DATA/jobs/JOB/results/              copied to the results target when the job succeeds
     DATA/jobs/JOB/attempt-N/logs/       rank-R.log (stdout+stderr), rank-R.exit
     DATA/jobs/JOB/attempt-N/reports/    rank-R.jsonl (runtime.report())
+    DATA/jobs/JOB/attempt-N/code/       the job's code package, unpacked afresh for this attempt (its cwd)
+    DATA/code/sha256/HEX.tar.gz         uploaded code packages, by content (platform/code.py)
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ class JobDirs:
 
     def logs(self, job_id: str, attempt: int) -> Path:
         return self.attempt(job_id, attempt) / "logs"
+
+    def code(self, job_id: str, attempt: int) -> Path:
+        return self.attempt(job_id, attempt) / "code"
 
     def reports(self, job_id: str, attempt: int) -> Path:
         return self.attempt(job_id, attempt) / "reports"

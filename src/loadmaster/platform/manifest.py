@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 MAX_LEARNERS = 1024
 MAX_GPUS_PER_LEARNER = 64
@@ -90,6 +91,11 @@ class JobManifest(_Strict):
     learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
     resources: Resources = Resources()
     command: list[str] | str
+    # An uploaded code package (platform/code.py): `loadmaster job submit --working-dir DIR` sets it. Declared
+    # before workdir, whose check reads it.
+    code: str | None = Field(default=None, json_schema_extra={"pattern": r"^sha256:[0-9a-f]{64}$"})
+    # Where the learners start. With `code`, a directory inside the package (default: its root); without, a
+    # directory on the learners' machines.
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
@@ -129,6 +135,23 @@ class JobManifest(_Strict):
                 raise ValueError(f"env name {name!r} is not a valid variable name")
             if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
                 raise ValueError(f"env {name} is set by loadmaster for every learner; remove it from the manifest")
+        return v
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}$", v):
+            raise ValueError("code names an uploaded package as sha256: and 64 lowercase hex digits (what "
+                             "`loadmaster job submit --working-dir DIR` uploads and sets)")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_inside_code(cls, v: str | None, info: ValidationInfo) -> str | None:
+        inside = v is None or not (v.startswith(("/", "~")) or ".." in PurePosixPath(v).parts)
+        if info.data.get("code") is not None and not inside:
+            raise ValueError(f"{v!r}: with `code`, workdir is a directory inside the package (relative, "
+                             "without '..'); leave it out to start at the package's root")
         return v
 
     @model_validator(mode="after")

@@ -29,6 +29,7 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.platform.api.app import create_app
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.api.serving import HANDLED, ApiServer
+from loadmaster.platform.code import DEFAULT_MAX_MB
 from loadmaster.platform.control.loop import ControlLoop
 from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.executors.base import Executor
@@ -63,6 +64,7 @@ class ServerOptions:
     grace_s: float = 10.0
     checkpoint_interval_s: float | None = None  # None: the policies' default (900 s)
     dashboard: bool = True
+    max_upload_mb: float = DEFAULT_MAX_MB  # a code package's files, unpacked
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -73,6 +75,9 @@ class ServerOptions:
             raise ServerError(f"--placement {self.placement!r}: choose one of {', '.join(PLACERS)}")
         if not 0 <= self.port <= 65535:
             raise ServerError(f"--port {self.port}: a TCP port is 0..65535 (0 picks a free one)")
+        if not 0 < self.max_upload_mb <= 1 << 20:
+            raise ServerError(f"--max-upload-mb {self.max_upload_mb:g}: give the most MiB a job's code package "
+                              "may unpack to, more than 0")
         if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
             raise ServerError(f"--checkpoint-interval {self.checkpoint_interval_s:g}: give the seconds between the "
                               "jobs' checkpoints, more than 0")
@@ -191,7 +196,8 @@ class Platform:
                 store.close()
             lock.release()
             raise
-        ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry)
+        ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry,
+                         max_code_bytes=int(options.max_upload_mb * (1 << 20)))
         app = create_app(ctx)
         if options.dashboard:
             from loadmaster.web import mount_dashboard

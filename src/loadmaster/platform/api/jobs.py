@@ -10,7 +10,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from loadmaster.core.job import JobStatus
-from loadmaster.platform import admission
+from loadmaster.platform import admission, code
 from loadmaster.platform.api import actions
 from loadmaster.platform.api.auth import Ctx, Who
 from loadmaster.platform.api.context import ApiContext
@@ -102,6 +102,9 @@ async def submit(request: Request, ctx: Ctx, who: Who,
     else:
         tenant_id, tenant_name, max_gpus = _submitter(who, tenant)
     _admit(ctx, manifest, tenant_name, max_gpus)
+    if manifest.code is not None and not code.archive_path(ctx.dirs.root, manifest.code).is_file():
+        raise field_error(422, "code", f"no code package {manifest.code} on this server: upload it first (POST "
+                                       "/api/v1/code), or submit with `loadmaster job submit --working-dir DIR`")
     now = ctx.clock()
 
     def write(s: Session) -> JobSummary:

@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from loadmaster.core.job import Allocation, JobStatus
+from loadmaster.platform import code
 from loadmaster.platform.control.allocation import (
     HeldGpus,
     NoPort,
@@ -57,10 +58,15 @@ class Statement:
 def attempt_spec(ctx: Context, job_id: str, attempt: int, manifest: JobManifest, learners: tuple[LearnerSpec, ...],
                  master_port: int) -> AttemptSpec:
     dirs = ctx.dirs
+    code_dir = dirs.code(job_id, attempt) if manifest.code else None
+    if code_dir is not None:
+        workdir = str(code_dir / (manifest.workdir or "."))
+    else:  # without a workdir a job runs in its own directory, never in the server's
+        workdir = manifest.workdir or str(dirs.job(job_id))
     return AttemptSpec(
-        job_id=job_id, attempt=attempt, command=manifest.argv,
-        # Without a workdir a job runs in its own directory, never in the server's.
-        workdir=manifest.workdir or str(dirs.job(job_id)),
+        job_id=job_id, attempt=attempt, command=manifest.argv, workdir=workdir,
+        code_archive=str(code.archive_path(dirs.root, manifest.code)) if manifest.code else None,
+        code_dir=str(code_dir) if code_dir is not None else None,
         env=dict(manifest.env), learners=learners, master_port=master_port,
         checkpoint_dir=str(dirs.checkpoints(job_id)), results_dir=str(dirs.results(job_id)),
         log_dir=str(dirs.logs(job_id, attempt)), report_dir=str(dirs.reports(job_id, attempt)),

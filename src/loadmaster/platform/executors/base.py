@@ -61,6 +61,10 @@ class AttemptSpec:
     report_dir: str
     data_dir: str | None = None
     stop_grace_s: float | None = None  # the manifest's; None: the grace the caller of stop() gives
+    # The job's code package and where this attempt unpacks it (workdir lies inside): the launcher unpacks
+    # it before the executor starts the gang (platform/code.py).
+    code_archive: str | None = None
+    code_dir: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
