@@ -139,6 +139,17 @@ def submit(
     memory_gb: Annotated[float | None, typer.Option("--memory-gb", min=0.001, help="GB per learner.")] = None,
     env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE for every learner "
                                                                       "(repeatable).")] = None,
+    gpu_type: Annotated[str | None, typer.Option("--gpu-type", help="Only GPUs of this type (`loadmaster "
+                                                                    "cluster` lists them).")] = None,
+    array: Annotated[str | None, typer.Option("--array", help="A job per index, as Slurm: 0-9, 1,3,5, 0-20:5; "
+                                                              "%N runs at most N at once (0-9%2). Each task "
+                                                              "reads LOADMASTER_ARRAY_INDEX.")] = None,
+    after: Annotated[list[str] | None, typer.Option("--after", help="Start only once this job has started "
+                                                                    "(repeatable).")] = None,
+    afterany: Annotated[list[str] | None, typer.Option("--afterany", help="Start only once this job has ended, "
+                                                                          "however (repeatable).")] = None,
+    afterok: Annotated[list[str] | None, typer.Option("--afterok", help="Start only once this job COMPLETED; "
+                                                                        "fail if it does not (repeatable).")] = None,
     max_upload_mb: Annotated[float | None, typer.Option(
         "--max-upload-mb", min=0.001, help=f"Refuse to upload more than this (default {DEFAULT_MAX_MB:g}, or "
                                            f"{MAX_MB_ENV}).")] = None,
@@ -166,10 +177,11 @@ def submit(
             data = load_manifest_text(text).model_dump(mode="json", exclude_defaults=True)
         except ManifestError as err:
             fail(f"{file}: {err}")
-    changed = bool(inline) or any(v is not None for v in (name, learners, gpus, cpus, memory_gb, working_dir)) \
-        or bool(env)
-    data.update({k: v for k, v in (("name", name), ("learners", learners)) if v is not None})
-    resources = {k: v for k, v in (("gpus", gpus), ("cpus", cpus), ("memory_gb", memory_gb)) if v is not None}
+    changed = bool(inline or env or after or afterany or afterok) or any(
+        v is not None for v in (name, learners, gpus, cpus, memory_gb, gpu_type, array, working_dir))
+    data.update({k: v for k, v in (("name", name), ("learners", learners), ("array", array)) if v is not None})
+    resources = {k: v for k, v in (("gpus", gpus), ("cpus", cpus), ("memory_gb", memory_gb),
+                                   ("gpu_type", gpu_type)) if v is not None}
     if resources:
         data["resources"] = {**data.get("resources", {}), **resources}
     if env:
@@ -190,6 +202,9 @@ def submit(
     except ManifestError as err:
         fail(f"{label}: {err}")
     c = client(admin=tenant is not None)
+    for field, given in (("after", after), ("afterany", afterany), ("afterok", afterok)):
+        if given:  # ids or unique prefixes, as everywhere
+            data[field] = [*data.get(field, []), *(resolve_job(c, j) for j in given)]
     if upload is not None:
         limit = max_upload_mb if max_upload_mb is not None else float(os.environ.get(MAX_MB_ENV) or DEFAULT_MAX_MB)
         try:
@@ -205,6 +220,9 @@ def submit(
     else:
         console.print(f"submitted {esc(job['id'])} ({esc(job['name'])}, {job['learners']} learner(s) x "
                       f"{job['gpus_per_learner']} GPU(s)): {esc(job['status'])}", highlight=False)
+        if job.get("array_tasks"):
+            console.print(f"array {esc(job['id'])}: {len(job['array_tasks'])} task(s): "
+                          f"{esc(' '.join(job['array_tasks']))}", highlight=False, soft_wrap=True)
     if follow_:
         _exit_for(job["id"], follow(c, job["id"], attempt=1, after=0))
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Query, Request
 from sqlalchemy import func, select, tuple_
@@ -21,6 +21,7 @@ from loadmaster.platform.api.models import (
     JobSummary,
     QueueEntryOut,
     ScaleIn,
+    Submitted,
     allocation_out,
     attempt_out,
     duration_fields,
@@ -29,8 +30,8 @@ from loadmaster.platform.api.models import (
     transition_out,
 )
 from loadmaster.platform.api.submission import decode_manifest
-from loadmaster.platform.manifest import JobManifest
-from loadmaster.platform.store.jobs import add_job
+from loadmaster.platform.manifest import JobManifest, array_tasks
+from loadmaster.platform.store.jobs import add_job, new_job_id
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import Principal, get_tenant
 
@@ -89,12 +90,26 @@ def _admit(ctx: ApiContext, manifest: JobManifest, tenant: str, max_gpus: int | 
         raise ApiError(422, f"rejected: {rejection.field}: {rejection.reason}", [(rejection.field, rejection.reason)])
 
 
-@router.post("", status_code=201, response_model=JobSummary, openapi_extra=_MANIFEST_BODY,
+def _check_dependencies(s: Session, manifest: JobManifest, tenant_id: int) -> None:
+    """Every job a manifest depends on exists and is the same tenant's (a dependency on an unknown id would
+    hold the job forever)."""
+    for field in ("after", "afterany", "afterok"):
+        wanted = set(getattr(manifest, field))
+        if not wanted:
+            continue
+        found = set(s.scalars(select(Job.id).where(Job.id.in_(wanted), Job.tenant_id == tenant_id)))
+        missing = sorted(wanted - found)
+        if missing:
+            raise field_error(422, field, f"no job {', '.join(missing)} of this tenant: give the full ids of jobs "
+                                          "submitted earlier (`loadmaster job list`)")
+
+
+@router.post("", status_code=201, response_model=Submitted, openapi_extra=_MANIFEST_BODY,
              responses=responses(400, 401, 403, 404, 413, 415, 422, 503),
              summary="Submit a job (the body is its manifest, JSON or YAML)")
 async def submit(request: Request, ctx: Ctx, who: Who,
                  tenant: Annotated[str | None, Query(max_length=64, description="Admin only: the tenant to submit "
-                                                                                "for.")] = None) -> JobSummary:
+                                                                                "for.")] = None) -> Submitted:
     manifest = decode_manifest(await _bounded_body(request, ctx.max_body_bytes), request.headers.get("content-type"),
                                ctx.max_body_bytes)
     if who.is_admin:
@@ -106,13 +121,23 @@ async def submit(request: Request, ctx: Ctx, who: Who,
         raise field_error(422, "code", f"no code package {manifest.code} on this server: upload it first (POST "
                                        "/api/v1/code), or submit with `loadmaster job submit --working-dir DIR`")
     now = ctx.clock()
+    tasks: list[tuple[JobManifest, str | None]] = [(manifest, None)]
+    if manifest.array is not None:
+        # One job per index; the first task's id names the array (Slurm's array job id).
+        indices, _ = array_tasks(manifest.array)
+        first = new_job_id()
+        tasks = [(manifest.model_copy(update={"array_index": i, "array_job": first}), first if n == 0 else None)
+                 for n, i in enumerate(indices)]
 
-    def write(s: Session) -> JobSummary:
-        return summary(add_job(s, tenant_id, manifest, now), tenant_name)
+    def write(s: Session) -> Submitted:
+        _check_dependencies(s, manifest, tenant_id)
+        jobs = [add_job(s, tenant_id, task, now, job_id) for task, job_id in tasks]
+        return Submitted(**summary(jobs[0], tenant_name).model_dump(),
+                         array_tasks=[j.id for j in jobs] if manifest.array is not None else [])
 
     # One INSERT of the job and its first history row, committed together with the submissions that arrived
     # meanwhile (group commit); the loop is woken once the batch is committed.
-    return await ctx.submissions.submit(write)
+    return cast(Submitted, await ctx.submissions.submit(write))
 
 
 _ID_PREFIX = r"^[A-Za-z0-9-]{1,32}$"

@@ -36,6 +36,7 @@ from loadmaster.platform.executors.base import AttemptSpec, LearnerSpec
 from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Attempt
+from loadmaster.runtime import env as contract
 
 log = logging.getLogger("loadmaster.control")
 
@@ -67,11 +68,18 @@ def attempt_spec(ctx: Context, job_id: str, attempt: int, manifest: JobManifest,
         job_id=job_id, attempt=attempt, command=manifest.argv, workdir=workdir,
         code_archive=str(code.archive_path(dirs.root, manifest.code)) if manifest.code else None,
         code_dir=str(code_dir) if code_dir is not None else None,
-        env=dict(manifest.env), learners=learners, master_port=master_port,
+        env=dict(manifest.env) | array_env(manifest), learners=learners, master_port=master_port,
         checkpoint_dir=str(dirs.checkpoints(job_id)), results_dir=str(dirs.results(job_id)),
         log_dir=str(dirs.logs(job_id, attempt)), report_dir=str(dirs.reports(job_id, attempt)),
         data_dir=str(dirs.data(job_id)) if manifest.data else None, stop_grace_s=manifest.stop_grace_s,
     )
+
+
+def array_env(manifest: JobManifest) -> dict[str, str]:
+    """An array task's index and array id, for every learner (none for other jobs)."""
+    if manifest.array_index is None or manifest.array_job is None:
+        return {}
+    return {contract.ARRAY_INDEX: str(manifest.array_index), contract.ARRAY_JOB_ID: manifest.array_job}
 
 
 def prior_runtime(s: Session, job_id: str) -> float:

@@ -22,10 +22,10 @@ def new_job_id() -> str:
     return "j-" + secrets.token_hex(6)
 
 
-def add_job(s: Session, tenant_id: int, manifest: JobManifest, now: float) -> Job:
+def add_job(s: Session, tenant_id: int, manifest: JobManifest, now: float, job_id: str | None = None) -> Job:
     """A new QUEUED job and its first history entry."""
     job = Job(
-        id=new_job_id(), tenant_id=tenant_id, name=manifest.name,
+        id=job_id or new_job_id(), tenant_id=tenant_id, name=manifest.name,
         manifest=manifest.model_dump(mode="json"), status=JobStatus.QUEUED.value, status_reason="submitted",
         wait_reason="", priority=manifest.priority, learners=manifest.learners, submitted_at=now, queued_since=now,
         attempts=0, failures=0, preemptions=0, work_done_s=0.0, attained_gpu_s=0.0,
