@@ -133,3 +133,20 @@ def test_gpu_type(live: Live) -> None:
     shown = live.wait(token, v100["id"], "COMPLETED")
     history = " ".join(h["reason"] for h in shown["history"])  # "1 learner(s) launching on NODE"
     assert "v100-000" in history and "a100-000" not in history, history
+
+
+def test_cli_flags(live: Live) -> None:
+    token = live.tenant("cli")
+    status, out = run(live, "job", "submit", "--array", "0-2", "--gpus", "1", "--gpu-type", "a100", "--",
+                      sys.executable, "-c", "pass", token=token)
+    assert status == 0 and "3 task(s)" in out, out
+    first = out.split()[1]
+    status, out = run(live, "job", "submit", "--afterok", first[:8], "--gpus", "0", "--name", "after", "--",
+                      sys.executable, "-c", "pass", token=token)
+    assert status == 0, out
+    then = out.split()[1]
+    shown = live.wait(token, then, "COMPLETED", timeout_s=60)
+    assert shown["manifest"]["afterok"] == [first]
+    assert live.wait(token, first, "COMPLETED")["finished_at"] <= shown["first_started_at"]
+    status, out = run(live, "job", "submit", "--gpu-type", "h100", "--", "true", token=token)
+    assert status == 2 and "resources.gpu_type" in out
