@@ -107,6 +107,13 @@ class Client:
                               headers={"content-type": "application/octet-stream"}, timeout=300.0)
         return str(answer["digest"])
 
+    def usage(self, *, since: float | None = None, until: float | None = None, by: str = "day",
+              tenant: str | None = None) -> Any:
+        """GPU-hours used, failed and preempted (GET /api/v1/usage)."""
+        params = {k: v for k, v in (("since", since), ("until", until), ("by", by), ("tenant", tenant))
+                  if v is not None}
+        return self.request("GET", f"{API}/usage", params=params)
+
     def jobs_page(self, *, status: list[str] | None = None, name: str | None = None,
                   name_contains: str | None = None, id_prefix: str | None = None, tenant: str | None = None,
                   limit: int = 100, before: str | None = None) -> Any:

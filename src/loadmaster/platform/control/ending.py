@@ -33,6 +33,7 @@ from loadmaster.platform.control.state import CANCELLED_BY_USER, HALTED_BY_USER,
 from loadmaster.platform.failures import decide_retry
 from loadmaster.platform.store.jobs import BOOKING, transition
 from loadmaster.platform.store.models import Attempt, Job
+from loadmaster.platform.usage import PREEMPTED
 from loadmaster.runtime.checkpoints import checkpoint_step, latest_checkpoint
 
 C = FailureCategory
@@ -156,7 +157,7 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
     stop = outcome.intent
     if stop.kind is StopKind.PREEMPT:
         attempt.failure_category = C.PREEMPTED.value
-        attempt.retry_decision = f"requeued after preemption ({stop.detail})"
+        attempt.retry_decision = f"{PREEMPTED} ({stop.detail})"  # accounting (usage.py) reads it
         job.preemptions += 1
         transition(s, job, JobStatus.HALTED, now, stop.detail)
         transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
