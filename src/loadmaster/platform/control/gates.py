@@ -68,6 +68,10 @@ class Gates:
     _array_of: dict[str, tuple[int, str]] = field(default_factory=dict)
     _due: set[tuple[int, str]] = field(default_factory=set)  # arrays a task left: a slot may be free
     _limits: dict[str, int | None] = field(default_factory=dict)  # array spec -> its %N
+    # Kept until done, so that a round that fails (a store error) loses none of them: the jobs still to look
+    # at, and those to reject (asked again each round until the rejection has committed and the job left).
+    _look: set[str] = field(default_factory=set)
+    _doomed: dict[str, str] = field(default_factory=dict)
 
     def _limit(self, manifest: JobManifest) -> int | None:
         spec = manifest.array or ""
@@ -78,7 +82,7 @@ class Gates:
     def dependencies(self, table: JobTable, manifests: dict[str, JobManifest], changed: Iterable[str],
                      gone: Iterable[str]) -> tuple[set[str], list[Reject]]:
         """After a sync: the jobs whose hold changed, and the jobs to reject (an afterok that failed)."""
-        look: set[str] = set()
+        look = self._look
         for job_id in gone:
             self._forget(job_id)
         for job_id in (*changed, *gone):
@@ -89,13 +93,18 @@ class Gates:
             if manifest is not None and row is not None and row.state is JobStatus.QUEUED \
                     and job_id not in self._cleared and has_dependencies(manifest):
                 look.add(job_id)
-        look = {j for j in look if j in table.rows and j in manifests}
-        if not look:
-            return set(), []
-        deps = {d for j in look for d in (*manifests[j].after, *manifests[j].afterany, *manifests[j].afterok)}
-        found = self._read(deps)
+        look = self._look = {j for j in look if j in table.rows and j in manifests}
         touched: set[str] = set()
-        rejects = []
+        if look:
+            deps = {d for j in look for d in (*manifests[j].after, *manifests[j].afterany, *manifests[j].afterok)}
+            found = self._read(deps)  # a store error here leaves self._look for the next round
+            self._look = set()
+            touched = self._judge(look, manifests, found)
+        return touched, [Reject(j, why) for j, why in self._doomed.items() if j in table.rows]
+
+    def _judge(self, look: set[str], manifests: dict[str, JobManifest],
+               found: dict[str, tuple[str, float | None]]) -> set[str]:
+        touched: set[str] = set()
         for job_id in look:
             manifest = manifests[job_id]
             met, never = _verdict(manifest, found)
@@ -107,13 +116,13 @@ class Gates:
                     touched.add(job_id)
                 continue
             if never is not None:
-                rejects.append(Reject(job_id, never))
+                self._doomed[job_id] = never
             for dep in (*manifest.after, *manifest.afterany, *manifest.afterok):
                 self._waiting_on.setdefault(dep, set()).add(job_id)
             if not was_held:
                 self.held[job_id] = DEPENDENCY
                 touched.add(job_id)
-        return touched, rejects
+        return touched
 
     def arrays(self, table: JobTable, manifests: dict[str, JobManifest], touched: Iterable[str],
                busy: set[str]) -> set[str]:
@@ -156,6 +165,8 @@ class Gates:
     def _forget(self, job_id: str) -> None:
         self.held.pop(job_id, None)
         self._cleared.discard(job_id)
+        self._doomed.pop(job_id, None)
+        self._look.discard(job_id)
         key = self._array_of.pop(job_id, None)
         if key is not None:
             self._due.add(key)
