@@ -32,10 +32,19 @@ def server(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Live]:
         live.platform.shutdown()
 
 
-def test_the_example_runs_as_shipped(server: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+# The README's two ways: the manifest beside the script (`workdir: .`), and Ray Jobs' inline form.
+FORMS = {
+    "manifest": [str(EXAMPLE / "job.yaml")],
+    "working-dir": ["--working-dir", str(EXAMPLE), "--learners", "2", "--gpus", "0", "--", "python", "train.py",
+                    "--epochs", "10"],
+}
+
+
+@pytest.mark.parametrize("form", list(FORMS))
+def test_the_example_runs_as_shipped(server: Live, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, form: str) -> None:
     token = tenant(server, "me", "--gpus", "4")
-    monkeypatch.chdir(tmp_path)  # not the repository: the manifest's directory is what is uploaded
-    code, out = run(server, "job", "submit", str(EXAMPLE / "job.yaml"), "--json", token=token)
+    monkeypatch.chdir(tmp_path)  # not the repository: the named directory is what is uploaded
+    code, out = run(server, "job", "submit", "--json", *FORMS[form], token=token)
     assert code == 0, out
     job_id = json.loads(out)["id"]
     code, out = run(server, "job", "wait", job_id, "--timeout", "240", "--interval", "0.5", token=token)
