@@ -11,6 +11,7 @@ A window (since, until) clips each attempt to it, so usage over a window adds up
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -18,7 +19,7 @@ from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 from typing import Any
 
-from sqlalchemy import or_, select
+from sqlalchemy import Text, cast, or_, select
 from sqlalchemy.orm import Session
 
 from loadmaster.platform.store.models import Attempt, Job, Tenant
@@ -73,20 +74,25 @@ def gpus_of(allocation: dict[str, Any] | None) -> int:
 
 def held(s: Session, since: float, until: float, tenant_id: int | None) -> Iterator[Held]:
     """The attempts that held GPUs at some moment of [since, until)."""
-    q = (select(Attempt.job_id, Job.name, Tenant.name, Attempt.started_at, Attempt.ended_at, Attempt.allocation,
-                Attempt.outcome, Attempt.retry_decision)
+    # The allocation is read as text and decoded once per distinct text (a history repeats a few shapes):
+    # decoding every row's JSON was most of the cost of a long history.
+    q = (select(Attempt.job_id, Job.name, Tenant.name, Attempt.started_at, Attempt.ended_at,
+                cast(Attempt.allocation, Text), Attempt.outcome, Attempt.retry_decision)
          .join(Job, Attempt.job_id == Job.id).join(Tenant, Job.tenant_id == Tenant.id)
          .where(Attempt.started_at < until, or_(Attempt.ended_at.is_(None), Attempt.ended_at > since)))
     if tenant_id is not None:
         q = q.where(Job.tenant_id == tenant_id)
-    for job_id, name, tenant, started, ended, allocation, outcome, decision in s.execute(q):
-        gpus = gpus_of(allocation)
+    gpus_by_text: dict[str | None, int] = {None: 0, "null": 0}
+    for job_id, name, tenant, started, ended, text, outcome, decision in s.connection().execute(q):
+        gpus = gpus_by_text.get(text)
+        if gpus is None:
+            gpus = gpus_by_text[text] = gpus_of(json.loads(text))
         if gpus == 0:
             continue
         start, end = max(started, since), min(until if ended is None else ended, until)
         if end > start:
             yield Held(job_id, name, tenant, start, end, gpus, outcome in FAILED_OUTCOMES,
-                       (decision or "").startswith(PREEMPTED))
+                       decision is not None and decision.startswith(PREEMPTED))
 
 
 def _days(start: float, end: float) -> Iterator[tuple[str, float, float]]:

@@ -5,6 +5,7 @@
 (() => {
   const TOKEN_KEY = "loadmaster.token";
   const LOG_LINES_KEPT = 2000;
+  const USAGE_REFRESH_MS = 30000;
   const ACTIVE = new Set(["QUEUED", "DOWNLOADING", "PROCESSING", "STORING", "HALTED"]);
   const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 
@@ -144,6 +145,8 @@
     refreshMs: Math.min(60000, Math.max(500, Number(params.get("refresh")) || 3000)),
     timer: null,
     refreshing: false,
+    usageAt: 0, // when the usage panel was last read (ms)
+    usageDirty: true, // its window or grouping changed since
     selected: null, // job id in the detail view
     log: null, // the log stream followed: {abort: AbortController, key: "job/attempt/rank", allRanks, ended}
     rendered: {}, // part -> the JSON it was last rendered from
@@ -198,6 +201,7 @@
     sessionStorage.removeItem(TOKEN_KEY);
     state.token = null;
     state.me = null;
+    state.usageDirty = true; // the next token's usage is read at once
     history.replaceState(null, "", location.pathname + location.search);
     showLogin("");
   }
@@ -223,9 +227,12 @@
     state.refreshing = true;
     try {
       const wanted = [api("GET", ROUTES.cluster()), api("GET", ROUTES.queue()), api("GET", ROUTES.jobs(jobsQuery()))];
+      // Usage reads every attempt of the window from the store: asked every 30 s, or at once when its
+      // window or grouping changes, not at every refresh.
+      const usageDue = state.usageDirty || Date.now() - state.usageAt >= USAGE_REFRESH_MS;
       const since = Date.now() / 1000 - Number($("usage-window").value);
-      wanted.push(api("GET", ROUTES.usage({ since, by: $("usage-by").value })));
-      wanted.push(api("GET", ROUTES.timeline({ since })));
+      wanted.push(usageDue ? api("GET", ROUTES.usage({ since, by: $("usage-by").value })) : Promise.resolve(null));
+      wanted.push(usageDue ? api("GET", ROUTES.timeline({ since })) : Promise.resolve(null));
       if (state.me && state.me.admin) wanted.push(api("GET", ROUTES.tenants()));
       const results = await Promise.allSettled(wanted);
       const failure = results.find((r) => r.status === "rejected");
@@ -236,6 +243,10 @@
       }
       const [cluster, queue, jobs, usage, timeline, tenants] =
         results.map((r) => (r.status === "fulfilled" ? r.value : null));
+      if (usage && timeline) {
+        state.usageAt = Date.now();
+        state.usageDirty = false;
+      }
       renderChanged("usage", usage, renderUsage);
       renderChanged("timeline", timeline, renderTimeline);
       renderChanged("cluster", cluster, renderCluster);
@@ -889,7 +900,9 @@
     $("job-filters").addEventListener("submit", (event) => event.preventDefault());
     $("filter-status").addEventListener("change", setFilters);
     $("usage-filters").addEventListener("submit", (event) => event.preventDefault());
-    for (const id of ["usage-window", "usage-by"]) $(id).addEventListener("change", refresh);
+    for (const id of ["usage-window", "usage-by"]) {
+      $(id).addEventListener("change", () => { state.usageDirty = true; refresh(); });
+    }
     for (const id of ["filter-name", "filter-tenant"]) {
       let timer = null;
       $(id).addEventListener("input", () => { // typing settles before the listing is asked again
