@@ -150,3 +150,13 @@ def test_cli_flags(live: Live) -> None:
     assert live.wait(token, first, "COMPLETED")["finished_at"] <= shown["first_started_at"]
     status, out = run(live, "job", "submit", "--gpu-type", "h100", "--", "true", token=token)
     assert status == 2 and "resources.gpu_type" in out
+
+
+def test_job_show_names_the_array_and_the_dependencies(live: Live) -> None:
+    token = live.tenant("show")
+    with live.client(token) as c:
+        first = submit(c, job("a", "pass", resources={"gpus": 0}))
+        tasks = submit(c, job("sweep", "pass", resources={"gpus": 0}, array="3-4", afterok=[first["id"]]))
+    status, out = run(live, "job", "show", tasks["array_tasks"][1], token=token)
+    flat = " ".join(out.split())
+    assert status == 0 and f"array {tasks['id']}, index 4" in flat and f"afterok {first['id']}" in flat

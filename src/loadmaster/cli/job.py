@@ -275,6 +275,13 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
     console.print(f"  {j['learners']} learner(s) x {j['gpus_per_learner']} GPU(s), priority {j['priority']}; "
                   f"submitted {when(j['submitted_at'])}; attempts {j['attempts']}, failures {j['failures']}, "
                   f"preemptions {j['preemptions']}", highlight=False)
+    if j.get("array_job"):
+        console.print(f"  array {esc(j['array_job'])}, index {j['array_index']} (`job list --name "
+                      f"{esc(j['name'])}` lists its tasks)", highlight=False)
+    needs = [f"{kind} {', '.join(j['manifest'][kind])}" for kind in ("after", "afterany", "afterok")
+             if j["manifest"].get(kind)]
+    if needs:
+        console.print(f"  depends on: {esc('; '.join(needs))}", highlight=False)
     pending = [n for n in ("cancel", "halt") if j[f"{n}_requested"]]
     if j["target_learners"] is not None:
         pending.append(f"scale to {j['target_learners']}")
