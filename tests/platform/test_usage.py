@@ -7,6 +7,7 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -136,3 +137,20 @@ def test_days_split_at_utc_midnight() -> None:
     pieces = list(_days(midnight - 1800, midnight + 3600))
     assert [(d, b - a) for d, a, b in pieces] == [("2025-11-24", 1800.0), ("2025-11-25", 3600.0)]
     assert UsageBy("day") is UsageBy.DAY
+
+
+def test_usage_on_both_stores(db_url: str, tmp_path: Path) -> None:
+    """The accounting query (allocations read as text, a window over the attempts) on SQLite and PostgreSQL."""
+    handle = start_platform(db_url, tmp_path / "data", nodes="1x2:8cpu:32gb")
+    try:
+        token = handle.tenant("both", gpus=2)
+        with handle.client(token) as c:
+            j = c.post("/api/v1/jobs", json=job("one", "import time; time.sleep(0.3)", 2)).json()
+            done = handle.wait(token, j["id"], "COMPLETED")
+            out = c.get("/api/v1/usage", params={"by": "job", "since": time.time() - 600}).json()
+            line = c.get("/api/v1/usage/timeline", params={"since": time.time() - 600}).json()
+        assert out["rows"][0]["key"] == j["id"]
+        assert out["total"]["gpu_hours"] == pytest.approx(_hours(done, 2), rel=1e-6)
+        assert max(line["busy_gpus"]) > 0
+    finally:
+        handle.platform.shutdown()
