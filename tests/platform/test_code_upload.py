@@ -66,6 +66,24 @@ def test_pack_refuses_too_much_naming_the_limit_and_the_fix(tmp_path: Path) -> N
     assert _names(pack(root, MB).archive) == {"train.py", ".loadmasterignore"}
 
 
+def test_links_inside_are_kept_relative_and_links_outside_left_out(tmp_path: Path) -> None:
+    outside = _tree(tmp_path / "datasets", {"big.bin": "x"})
+    root = _tree(tmp_path / "proj", {"train.py": "x", "conf/base.yaml": "a: 1"})
+    (root / "data").symlink_to(outside)  # a data mount: not code, and not on the server
+    (root / "current.yaml").symlink_to(root / "conf" / "base.yaml")  # absolute, but inside
+    (root / "conf" / "up.py").symlink_to("../train.py")
+    package = pack(root, MB)
+    assert package.links_out == (f"data -> {outside}",)
+    with tarfile.open(fileobj=io.BytesIO(package.archive), mode="r:gz") as tar:
+        links = {m.name: m.linkname for m in tar if m.issym()}
+    assert links == {"current.yaml": "conf/base.yaml", "conf/up.py": "../train.py"}
+    check_archive(package.archive, MB)  # the server accepts it
+    archive = tmp_path / "a.tar.gz"
+    archive.write_bytes(package.archive)
+    code.unpack(archive, tmp_path / "copy")
+    assert (tmp_path / "copy" / "current.yaml").read_text() == "a: 1"
+
+
 def _tar(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
     buffer = io.BytesIO()
     with gzip.GzipFile(fileobj=buffer, mode="wb") as gz, tarfile.open(fileobj=gz, mode="w") as tar:

@@ -208,9 +208,14 @@ def submit(
     if upload is not None:
         limit = max_upload_mb if max_upload_mb is not None else float(os.environ.get(MAX_MB_ENV) or DEFAULT_MAX_MB)
         try:
-            data["code"] = c.upload_code(upload, int(limit * (1 << 20)))
+            package = c.upload_code(upload, int(limit * (1 << 20)))
         except CodeError as err:
             fail(str(err))
+        data["code"] = package.digest
+        if package.links_out and not as_json:
+            err_console.print(f"[dim]left out {len(package.links_out)} link(s) that point outside {esc(str(upload))} "
+                              f"(they would not resolve on the server): {esc(', '.join(package.links_out[:5]))}[/]",
+                              highlight=False, soft_wrap=True)
     if changed:
         job = c.submit(data, tenant=tenant)
     else:

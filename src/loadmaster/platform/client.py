@@ -10,9 +10,12 @@ import json
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from loadmaster.platform.code import Package
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "LOADMASTER_URL"
@@ -90,22 +93,22 @@ class Client:
                                 params=params)
         return self.request("POST", f"{API}/jobs", json=dict(manifest), params=params)
 
-    def upload_code(self, directory: Path, max_bytes: int) -> str:
-        """Pack a working directory (platform/code.py) and upload it unless the server has it; its digest,
-        for the manifest's `code`. CodeError when the directory cannot be packed (too large: the message says
-        how to change the limit)."""
+    def upload_code(self, directory: Path, max_bytes: int) -> Package:
+        """Pack a working directory (platform/code.py) and upload it unless the server has it; the package
+        (its digest is the manifest's `code`). CodeError when the directory cannot be packed (too large: the
+        message says how to change the limit)."""
         from loadmaster.platform.code import pack
 
         package = pack(directory, max_bytes)
         try:
             self.request("GET", f"{API}/code/{package.digest}")
-            return package.digest
+            return package
         except ClientError as err:
             if err.status != 404:
                 raise
-        answer = self.request("POST", f"{API}/code", content=package.archive,
-                              headers={"content-type": "application/octet-stream"}, timeout=300.0)
-        return str(answer["digest"])
+        self.request("POST", f"{API}/code", content=package.archive,
+                     headers={"content-type": "application/octet-stream"}, timeout=300.0)
+        return package
 
     def usage(self, *, since: float | None = None, until: float | None = None, by: str = "day",
               tenant: str | None = None) -> Any:

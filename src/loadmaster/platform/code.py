@@ -48,6 +48,7 @@ class Package:
     archive: bytes
     files: int
     bytes: int  # the files' own sizes, added up
+    links_out: tuple[str, ...] = ()  # links left out: they point outside the directory (a data mount, a venv)
 
 
 def _mb(n: float) -> str:
@@ -79,8 +80,11 @@ class _Ignore:
         return verdict
 
 
-def _walk(root: Path) -> Iterator[tuple[str, Path]]:
-    """(path relative to root, path) of every file, directory and link to pack, parents before children."""
+def _walk(root: Path, links_out: list[str]) -> Iterator[tuple[str, Path]]:
+    """(path relative to root, path) of every file, directory and link to pack, parents before children.
+    Links that lead outside root are not followed nor packed (they would not resolve on the server): their
+    names go to links_out."""
+    real_root = root.resolve()
     ignore = _Ignore()
     ignore.read(root, "")
     stack = [(root, "")]
@@ -96,6 +100,11 @@ def _walk(root: Path) -> Iterator[tuple[str, Path]]:
             is_dir = entry.is_dir(follow_symlinks=False)
             if entry.name in ALWAYS_LEFT_OUT or ignore.ignored(child_rel, is_dir):
                 continue
+            if entry.is_symlink():
+                target = Path(os.path.realpath(entry.path))
+                if target != real_root and real_root not in target.parents:
+                    links_out.append(f"{child_rel} -> {os.readlink(entry.path)}")
+                    continue
             yield child_rel, Path(entry.path)
             if is_dir:
                 subdirs.append((Path(entry.path), child_rel))
@@ -117,7 +126,8 @@ def pack(root: Path, max_bytes: int) -> Package:
     members: list[tuple[str, Path]] = []
     sizes: dict[str, int] = {}  # per top-level entry, to name what is large
     total = 0
-    for rel, path in _walk(root):
+    links_out: list[str] = []
+    for rel, path in _walk(root, links_out):
         members.append((rel, path))
         if path.is_file() and not path.is_symlink():
             size = path.stat().st_size
@@ -144,6 +154,8 @@ def pack(root: Path, max_bytes: int) -> Package:
             info.uid = info.gid = 0
             info.uname = info.gname = ""
             info.mode = (0o755 if info.isdir() or info.mode & stat.S_IXUSR else 0o644) if not info.issym() else 0o777
+            if info.issym():  # relative, so that it resolves inside the copy (the server refuses absolute links)
+                info.linkname = os.path.relpath(os.path.realpath(path), os.path.realpath(path.parent))
             if info.isfile():
                 with path.open("rb") as f:
                     tar.addfile(info, f)
@@ -151,7 +163,8 @@ def pack(root: Path, max_bytes: int) -> Package:
                 tar.addfile(info)
             # sockets, fifos and devices are not code: left out
     archive = buffer.getvalue()
-    return Package(digest_of(archive), archive, sum(1 for _, p in members if p.is_file()), total)
+    files = sum(1 for _, p in members if p.is_file() and not p.is_symlink())
+    return Package(digest_of(archive), archive, files, total, tuple(links_out))
 
 
 def digest_of(archive: bytes) -> str:
