@@ -16,8 +16,9 @@ from loadmaster.platform.usage import UsageBy, _days
 from tests.cli.test_platform_cli import run
 from tests.platform.api_fixtures import ADMIN_SECRET, Live, start_platform
 
-# Attempt 1 runs until it is stopped; attempt 2 ends at once.
-RESUMABLE = ("import os, time\nif os.environ['LOADMASTER_ATTEMPT'] == '1':\n    time.sleep(60)\n")
+# Attempt 1 checkpoints after a moment, then runs until it is stopped; attempt 2 ends at once.
+RESUMABLE = ("import os, time\nfrom loadmaster import runtime\nif os.environ['LOADMASTER_ATTEMPT'] == '1':\n"
+             "    time.sleep(0.5)\n    runtime.save_checkpoint(b'state', 1)\n    time.sleep(60)\n")
 
 
 @pytest.fixture(scope="module")
@@ -46,7 +47,7 @@ def ran(live: Live) -> dict[str, Any]:
         live.wait(token, bad["id"], "FAILED")
         low = c.post("/api/v1/jobs", json=job("low", RESUMABLE, 2)).json()
         live.wait(token, low["id"], "PROCESSING")
-        time.sleep(0.5)
+        time.sleep(1.5)  # past its checkpoint
         high = c.post("/api/v1/jobs", json=job("high", "pass", 2, priority=10)).json()
         jobs = {k: live.wait(token, j["id"], "COMPLETED", "FAILED", timeout_s=60)
                 for k, j in {"ok": ok, "bad": bad, "low": low, "high": high}.items()}
@@ -82,6 +83,12 @@ def test_usage_by_job_equals_the_attempts(live: Live, ran: dict[str, Any]) -> No
     assert low["preempted_gpu_hours"] > 0
     assert low["preempted_gpu_hours"] == pytest.approx(_hours(jobs["low"], 2, "preempted"), rel=1e-6)
     assert low["preempted_gpu_hours"] < low["gpu_hours"]
+    # lost: only the preempted attempt's time after its checkpoint (about a second of its 1.5 s and more)
+    first = jobs["low"]["attempt_history"][0]
+    ran = first["ended_at"] - first["started_at"]
+    assert 0 < low["lost_gpu_hours"] < low["preempted_gpu_hours"]
+    assert low["lost_gpu_hours"] * 3600 / 2 < ran - 0.4
+    assert out["total"]["lost_gpu_hours"] == pytest.approx(low["lost_gpu_hours"])
     assert out["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in out["rows"]))
     assert out["total"]["jobs"] == 4 and out["tenant"] == "acct"
 
@@ -123,7 +130,7 @@ def test_timeline_integrates_to_the_gpu_hours(live: Live, ran: dict[str, Any]) -
 def test_cli(live: Live, ran: dict[str, Any]) -> None:
     code, out = run(live, "usage", "--by", "job", "--since", "1h", token=ran["token"])
     assert code == 0, out
-    assert ran["jobs"]["low"]["id"] in out and "preempted" in out and "total" in out
+    assert ran["jobs"]["low"]["id"] in out and "preempted" in out and "lost" in out and "total" in out
     code, out = run(live, "usage", "--by", "bogus", token=ran["token"])
     assert code == 2 and "--by 'bogus'" in out
     code, out = run(live, "usage", "--since", "yesterday", token=ran["token"])

@@ -41,7 +41,7 @@ def test_usage_table_and_utilisation_chart(platform: Platform, page: WebDriver) 
     # by day: one day and the total, each with the job's GPU-hours
     wait_for(page, lambda d: "total" in _usage_rows(d), 20, "the usage table never showed a total")
     rows = _usage_rows(page)
-    assert rows["total"][1] == f"{hours:.2f}" and rows["total"][5] == "1"
+    assert rows["total"][1] == f"{hours:.2f}" and rows["total"][6] == "1"
     # by job: the job's row links to its detail
     Select(page.find_element(By.ID, "usage-by")).select_by_value("job")
     wait_for(page, lambda d: job_id in _usage_rows(d), 20, "the usage table never showed the job")

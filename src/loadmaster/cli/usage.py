@@ -50,8 +50,9 @@ def usage(
                                                                 "its own).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
 ) -> None:
-    """GPU-hours used, failed (failed or lost attempts) and preempted (attempts a preemption ended), from the
-    store. With LOADMASTER_ADMIN_TOKEN set: every tenant's, or --tenant's."""
+    """GPU-hours used, failed (failed or lost attempts), preempted (attempts a preemption ended) and lost to
+    preemption (their time after the last checkpoint), from the store. With LOADMASTER_ADMIN_TOKEN set: every
+    tenant's, or --tenant's."""
     if by not in BY:
         fail(f"--by {by!r}: choose one of {', '.join(BY)}")
     now = time.time()
@@ -70,10 +71,11 @@ def usage(
     table.add_column(by, no_wrap=True)
     if by == "job":
         table.add_column("name")
-    for col in ("used", "failed", "preempted", "attempts", "jobs"):
+    for col in ("used", "failed", "preempted", "lost", "attempts", "jobs"):
         table.add_column(col, justify="right")
     for r in [*out["rows"], out["total"]]:
         cells = [r["key"], *([r["name"] or ""] if by == "job" else []), _hours(r["gpu_hours"]),
-                 _hours(r["failed_gpu_hours"]), _hours(r["preempted_gpu_hours"]), str(r["attempts"]), str(r["jobs"])]
+                 _hours(r["failed_gpu_hours"]), _hours(r["preempted_gpu_hours"]), _hours(r["lost_gpu_hours"]),
+                 str(r["attempts"]), str(r["jobs"])]
         add_row(table, *cells)
     console.print(table)

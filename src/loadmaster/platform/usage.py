@@ -4,8 +4,9 @@ Everything is read from the attempts table: an attempt held the GPUs of its allo
 its end (an attempt still open: until now), and its outcome says what became of them:
 - used: every attempt's GPU-hours;
 - failed: attempts that failed (the job's fault) or were lost (the platform's: a node gone, a crash);
-- preempted: attempts a preemption ended (the job resumed from its checkpoint: only the work since that
-  checkpoint was redone, so this bounds what preemption cost).
+- preempted: attempts a preemption ended (the job resumed from its checkpoint);
+- lost to preemption: of those, the GPU-hours after the job's last checkpoint (attempts.lost_s, written when
+  the preempted attempt ended): the work its next attempt redid.
 A window (since, until) clips each attempt to it, so usage over a window adds up to the window's share.
 """
 
@@ -46,6 +47,7 @@ class Held:
     gpus: int
     failed: bool
     preempted: bool
+    lost_from: float = math.inf  # a preempted attempt's work from here to its end was lost (redone)
 
 
 @dataclass
@@ -54,6 +56,7 @@ class Usage:
     gpu_hours: float = 0.0
     failed_gpu_hours: float = 0.0
     preempted_gpu_hours: float = 0.0
+    lost_gpu_hours: float = 0.0
     attempts: int = 0
     jobs: int = 0
 
@@ -64,6 +67,8 @@ class Usage:
             self.failed_gpu_hours += hours
         if held.preempted:
             self.preempted_gpu_hours += hours
+        lost_s = max(0.0, end - max(start, held.lost_from))
+        self.lost_gpu_hours += held.gpus * lost_s / 3600.0
 
 
 def gpus_of(allocation: dict[str, Any] | None) -> int:
@@ -77,13 +82,13 @@ def held(s: Session, since: float, until: float, tenant_id: int | None) -> Itera
     # The allocation is read as text and decoded once per distinct text (a history repeats a few shapes):
     # decoding every row's JSON was most of the cost of a long history.
     q = (select(Attempt.job_id, Job.name, Tenant.name, Attempt.started_at, Attempt.ended_at,
-                cast(Attempt.allocation, Text), Attempt.outcome, Attempt.retry_decision)
+                cast(Attempt.allocation, Text), Attempt.outcome, Attempt.retry_decision, Attempt.lost_s)
          .join(Job, Attempt.job_id == Job.id).join(Tenant, Job.tenant_id == Tenant.id)
          .where(Attempt.started_at < until, or_(Attempt.ended_at.is_(None), Attempt.ended_at > since)))
     if tenant_id is not None:
         q = q.where(Job.tenant_id == tenant_id)
     gpus_by_text: dict[str | None, int] = {None: 0, "null": 0}
-    for job_id, name, tenant, started, ended, text, outcome, decision in s.connection().execute(q):
+    for job_id, name, tenant, started, ended, text, outcome, decision, lost_s in s.connection().execute(q):
         gpus = gpus_by_text.get(text)
         if gpus is None:
             gpus = gpus_by_text[text] = gpus_of(json.loads(text))
@@ -91,8 +96,9 @@ def held(s: Session, since: float, until: float, tenant_id: int | None) -> Itera
             continue
         start, end = max(started, since), min(until if ended is None else ended, until)
         if end > start:
+            lost_from = ended - lost_s if ended is not None and lost_s is not None else math.inf
             yield Held(job_id, name, tenant, start, end, gpus, outcome in FAILED_OUTCOMES,
-                       decision is not None and decision.startswith(PREEMPTED))
+                       decision is not None and decision.startswith(PREEMPTED), lost_from)
 
 
 def _days(start: float, end: float) -> Iterator[tuple[str, float, float]]:

@@ -27,6 +27,7 @@ class UsageRow(BaseModel):
     gpu_hours: float
     failed_gpu_hours: float  # attempts that failed or were lost
     preempted_gpu_hours: float  # attempts a preemption ended
+    lost_gpu_hours: float  # of those, the GPU-hours after the job's last checkpoint: redone
     attempts: int
     jobs: int
 
@@ -74,7 +75,7 @@ def _tenant(ctx: ApiContext, who: Principal, tenant: str | None) -> tuple[int | 
 
 
 @router.get("", response_model=UsageOut, responses=responses(401, 403, 404, 422),
-            summary="GPU-hours used, failed and preempted, by day, tenant or job (Slurm's sacct)")
+            summary="GPU-hours used, failed, preempted and lost to preemption, by day, tenant or job (Slurm's sacct)")
 def usage_report(ctx: Ctx, who: Who, since: Since = None, until: Until = None, tenant: TenantQ = None,
                  by: Annotated[usage.UsageBy, Query(description="Group by day (UTC), tenant or job.")] =
                  usage.UsageBy.DAY) -> UsageOut:
@@ -90,7 +91,8 @@ def usage_report(ctx: Ctx, who: Who, since: Since = None, until: Until = None, t
 
 def _row(row: usage.Usage, name: str | None) -> UsageRow:
     return UsageRow(key=row.key, name=name, gpu_hours=row.gpu_hours, failed_gpu_hours=row.failed_gpu_hours,
-                    preempted_gpu_hours=row.preempted_gpu_hours, attempts=row.attempts, jobs=row.jobs)
+                    preempted_gpu_hours=row.preempted_gpu_hours, lost_gpu_hours=row.lost_gpu_hours,
+                    attempts=row.attempts, jobs=row.jobs)
 
 
 @router.get("/timeline", response_model=TimelineOut, responses=responses(401, 403, 404, 422),

@@ -459,11 +459,12 @@
       el("td", {}, fmtHours(r.gpu_hours)),
       el("td", {}, fmtHours(r.failed_gpu_hours)),
       el("td", {}, fmtHours(r.preempted_gpu_hours)),
+      el("td", {}, fmtHours(r.lost_gpu_hours)),
       el("td", {}, r.attempts),
       el("td", {}, r.jobs));
     const rows = payload.rows.map((r) => row(r, false));
     if (rows.length) rows.push(row(payload.total, true));
-    fillTable($("usage"), rows, "No GPU was used in this window.", 6);
+    fillTable($("usage"), rows, "No GPU was used in this window.", 7);
     $("usage-summary").textContent = `${fmtHours(payload.total.gpu_hours)} GPU-hours` +
       (payload.tenant ? ` · tenant ${payload.tenant}` : "");
   }
