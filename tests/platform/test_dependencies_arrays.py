@@ -83,6 +83,8 @@ def test_wait_reason_and_queue_say_dependency(live: Live) -> None:
             time.sleep(0.05)
         assert shown["wait_reason"] == "dependency", shown
         assert shown["queue"]["wait_reason"] == "dependency"
+        status, out = run(live, "queue", "--all", token=token)
+        assert status == 0 and "once its dependencies allow" in out, out
         c.post(f"/api/v1/jobs/{a['id']}/cancel")
     assert live.wait(token, b["id"], "FAILED", timeout_s=30)["status_reason"].endswith("can never run")
 

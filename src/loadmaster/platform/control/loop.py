@@ -73,8 +73,8 @@ LAUNCH_FAILED = "launch_failed"  # the queue's reason for a job whose launch cou
 @dataclass(frozen=True)
 class QueueView:
     """The latest round's queue: starts waiting for GPUs first, then the plan's waits in policy order, then
-    jobs whose launch is backing off. Kept as the round left it; its entries are made on first use (most
-    rounds' queues are never asked for)."""
+    jobs whose launch is backing off, then jobs the gates hold (dependencies, array limits). Kept as the round
+    left it; its entries are made on first use (most rounds' queues are never asked for)."""
 
     made_at: float
     starting: tuple[tuple[str, str, str], ...] = ()  # (job id, tenant, wait reason)

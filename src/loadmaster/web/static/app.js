@@ -128,11 +128,14 @@
 
   function fmtEstimate(t, waitReason) {
     if (t === null || t === undefined) {
-      return waitReason === "not_yet_considered" ? "not estimated yet" : "beyond the estimate horizon";
+      return HELD[waitReason] || (waitReason === "not_yet_considered" ? "not estimated yet" : "beyond the estimate horizon");
     }
     const delta = t - Date.now() / 1000;
     return delta <= 1 ? `now (${fmtTime(t)})` : `in ${fmtSpan(delta)} (${fmtTime(t)})`;
   }
+
+  // Jobs the scheduler does not see yet (control/gates.py): no estimate, but a reason.
+  const HELD = { dependency: "once its dependencies allow", array_limit: "when a task of its array ends" };
 
   const humanise = (reason) => (reason ? String(reason).replaceAll("_", " ") : "—");
   const statusBadge = (status) => el("span", { class: `status ${status}` }, status);
