@@ -7,6 +7,7 @@
 
     .venv/bin/python bench/bench_accounting.py                 # 1,000 / 10,000 / 100,000 attempts
     .venv/bin/python bench/bench_accounting.py --attempts 10000
+    .venv/bin/python bench/bench_accounting.py --attempts          # the packages only
 
 Real SQLite file, real attempts rows (written as the control loop writes them, in bulk), the usage code the
 API runs (platform/usage.py). Prints two tables and writes bench/results/accounting.json.
@@ -108,7 +109,8 @@ def main() -> None:
     packages = bench_packages()
     print_table(packages, ["files", "mb", "archive_mb", "pack_ms", "check_ms", "unpack_ms"])
     accounting = bench_usage(args.attempts)
-    print_table(accounting, ["attempts", "by", "rows", "ms"])
+    if accounting:
+        print_table(accounting, ["attempts", "by", "rows", "ms"])
     out = write_results("accounting", [{"kind": "package", **r} for r in packages] +
                         [{"kind": "usage", **r} for r in accounting])
     print(f"wrote {out} (cores: {os.cpu_count()})")
