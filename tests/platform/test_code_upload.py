@@ -194,3 +194,18 @@ def test_cli_refuses_a_directory_over_the_limit(sqlite_live: Live, tmp_path: Pat
     assert "limit of 1.0 MiB" in flat and "weights.bin" in flat and "--max-upload-mb" in flat
     code_, out = run(sqlite_live, "job", "submit", token=token)
     assert code_ == 2 and "the command after --" in " ".join(out.split())
+
+
+def test_options_and_an_inline_command_override_a_manifest(sqlite_live: Live, tmp_path: Path) -> None:
+    token = sqlite_live.tenant("mix")
+    path = tmp_path / "job.yaml"
+    path.write_text(json.dumps({"name": "base", "command": ["false"], "learners": 2,
+                                "resources": {"gpus": 1, "cpus": 2}, "env": {"A": "1"}}))
+    status, out = run(sqlite_live, "job", "submit", str(path), "--json", "--gpus", "0", "--env", "B=2", "--",
+                      sys.executable, "-c", "pass", token=token)
+    assert status == 0, out
+    done = sqlite_live.wait(token, json.loads(out)["id"], "COMPLETED", "FAILED")
+    m = done["manifest"]
+    assert done["status"] == "COMPLETED" and m["name"] == "base" and m["learners"] == 2
+    assert m["command"] == [sys.executable, "-c", "pass"] and m["env"] == {"A": "1", "B": "2"}
+    assert m["resources"]["gpus"] == 0 and m["resources"]["cpus"] == 2
