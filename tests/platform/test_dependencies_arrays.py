@@ -4,6 +4,7 @@ learner processes, a real SQLite store."""
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Iterator
@@ -14,7 +15,8 @@ import httpx
 import pytest
 
 from tests.cli.test_platform_cli import run
-from tests.platform.api_fixtures import Live, start_platform
+from tests.platform import api_fixtures
+from tests.platform.api_fixtures import Api, Live, start_platform
 
 
 @pytest.fixture
@@ -162,3 +164,38 @@ def test_job_show_names_the_array_and_the_dependencies(live: Live) -> None:
     status, out = run(live, "job", "show", tasks["array_tasks"][1], token=token)
     flat = " ".join(out.split())
     assert status == 0 and f"array {tasks['id']}, index 4" in flat and f"afterok {first['id']}" in flat
+
+
+def test_list_and_cancel_an_array(live: Live) -> None:
+    token = live.tenant("scancel")
+    with live.client(token) as c:
+        other = submit(c, job("other", "import time; time.sleep(30)", resources={"gpus": 0}))
+        out = submit(c, job("sweep", "import time; time.sleep(30)", resources={"gpus": 0}, array="0-3%2"))
+        listed = c.get("/api/v1/jobs", params={"array": out["id"]}).json()["jobs"]
+        assert sorted(j["id"] for j in listed) == sorted(out["array_tasks"])
+    status, text = run(live, "job", "list", "--array", out["id"][:8], "--json", token=token)
+    assert status == 0 and sorted(j["array_index"] for j in json.loads(text)) == [0, 1, 2, 3]
+    status, text = run(live, "job", "cancel", "--array", out["id"], token=token)
+    assert status == 0 and "cancel requested for 4 of its 4 task(s)" in " ".join(text.split()), text
+    for task in out["array_tasks"]:
+        assert live.wait(token, task, "CANCELLED", timeout_s=30)["status"] == "CANCELLED"
+    assert live.wait(token, other["id"], "PROCESSING")["status"] == "PROCESSING"  # not one of the array's
+    status, text = run(live, "job", "cancel", "--array", other["id"], token=token)
+    assert status == 2 and "is not an array" in text
+    with live.client(token) as c:
+        c.post(f"/api/v1/jobs/{other['id']}/cancel")
+
+
+api = api_fixtures.api  # the API alone (no control loop), on SQLite and PostgreSQL
+
+
+def test_array_submission_and_filter_on_both_stores(api: Api) -> None:
+    token = api.tenant("both")
+    with api.client(token) as c:
+        first = c.post("/api/v1/jobs", json=job("a", "pass")).json()
+        out = c.post("/api/v1/jobs", json=job("sweep", "pass", array="1,5", afterok=[first["id"]])).json()
+        assert len(out["array_tasks"]) == 2
+        listed = c.get("/api/v1/jobs", params={"array": out["id"]}).json()["jobs"]
+        assert sorted((j["id"], j["array_index"]) for j in listed) == sorted(zip(out["array_tasks"], [1, 5],
+                                                                                   strict=True))
+        assert c.get("/api/v1/jobs", params={"array": first["id"]}).json()["jobs"] == []

@@ -240,14 +240,18 @@ def list_jobs(
     name_contains: Annotated[str | None, typer.Option("--name-contains", help="Only jobs whose name contains "
                                                                               "this (any case).")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's jobs.")] = None,
+    array: Annotated[str | None, typer.Option("--array", help="Only the tasks of this array (its id, or a unique "
+                                                              "prefix).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
     before: Annotated[str | None, typer.Option("--before", help="The cursor a previous page printed: the jobs "
                                                                 "after it.")] = None,
     as_json: Json = False,
 ) -> None:
     """List jobs, newest first (--limit at a time; the next page with --before)."""
-    page = client().jobs_page(status=[s.upper() for s in status or []], name=name, name_contains=name_contains,
-                              tenant=tenant, limit=limit, before=before)
+    c = client()
+    page = c.jobs_page(status=[s.upper() for s in status or []], name=name, name_contains=name_contains,
+                       tenant=tenant, limit=limit, before=before,
+                       array=resolve_job(c, array) if array is not None else None)
     jobs = page["jobs"]
     if as_json:
         print_json(jobs)
@@ -281,8 +285,8 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
                   f"submitted {when(j['submitted_at'])}; attempts {j['attempts']}, failures {j['failures']}, "
                   f"preemptions {j['preemptions']}", highlight=False)
     if j.get("array_job"):
-        console.print(f"  array {esc(j['array_job'])}, index {j['array_index']} (`job list --name "
-                      f"{esc(j['name'])}` lists its tasks)", highlight=False)
+        console.print(f"  array {esc(j['array_job'])}, index {j['array_index']} (`job list --array "
+                      f"{esc(j['array_job'])}` lists its tasks)", highlight=False)
     needs = [f"{kind} {', '.join(j['manifest'][kind])}" for kind in ("after", "afterany", "afterok")
              if j["manifest"].get(kind)]
     if needs:
@@ -424,9 +428,35 @@ def wait(
 
 @app.command("cancel")
 @remote
-def cancel(job_id: JobArg, as_json: Json = False) -> None:
+def cancel(job_id: JobArg, array: Annotated[bool, typer.Option("--array", help="Cancel every unfinished task of "
+                                                                               "the array JOB names (scancel "
+                                                                               "ARRAY_ID).")] = False,
+           as_json: Json = False) -> None:
     """Cancel a job (a running one once its learners have stopped)."""
-    _act(job_id, "cancel", as_json)
+    if not array:
+        _act(job_id, "cancel", as_json)
+        return
+    from loadmaster.platform.client import ClientError
+
+    c = client()
+    array_id = resolve_job(c, job_id)
+    tasks = c.jobs(array=array_id, limit=10_000)
+    if not tasks:
+        fail(f"{job_id} is not an array of this token's (`job show` names a task's array)")
+    out = []
+    for task in tasks:
+        if task["status"] in TERMINAL:
+            continue
+        try:
+            out.append(c.action(task["id"], "cancel"))
+        except ClientError as err:
+            if err.status != 409:  # 409: it ended meanwhile
+                raise
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"array {esc(array_id)}: cancel requested for {len(out)} of its {len(tasks)} task(s)",
+                      highlight=False)
 
 
 @app.command("halt")

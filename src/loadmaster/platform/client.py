@@ -119,11 +119,11 @@ class Client:
 
     def jobs_page(self, *, status: list[str] | None = None, name: str | None = None,
                   name_contains: str | None = None, id_prefix: str | None = None, tenant: str | None = None,
-                  limit: int = 100, before: str | None = None) -> Any:
+                  limit: int = 100, before: str | None = None, array: str | None = None) -> Any:
         """One page of jobs, newest first: {"jobs": [...], "next_cursor": ...} (pass it as `before`)."""
         params: dict[str, Any] = {"limit": limit}
         for key, value in (("status", status), ("name", name), ("name_contains", name_contains),
-                           ("id_prefix", id_prefix), ("tenant", tenant), ("before", before)):
+                           ("id_prefix", id_prefix), ("tenant", tenant), ("before", before), ("array", array)):
             if value:
                 params[key] = value
         return self.request("GET", f"{API}/jobs", params=params)

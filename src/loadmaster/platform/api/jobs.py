@@ -170,6 +170,8 @@ def list_jobs(
     id_prefix: Annotated[str | None, Query(pattern=_ID_PREFIX, description="Only jobs whose id starts with "
                                                                            "this (resolving a short id).")] = None,
     tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
+    array: Annotated[str | None, Query(pattern=_ID_PREFIX, description="Only the tasks of this array (its id: "
+                                                                        "the first task's).")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR,
@@ -189,6 +191,8 @@ def list_jobs(
         q = q.where(func.lower(Job.name).contains(name_contains.lower(), autoescape=True))
     if id_prefix:
         q = q.where(Job.id.startswith(id_prefix, autoescape=True))
+    if array:
+        q = q.where(Job.manifest["array_job"].as_string() == array)
     if before:
         q = q.where(tuple_(Job.submitted_at, Job.id) < tuple_(*_parse_cursor(before)))
     # Newest first, on the (tenant_id,) submitted_at, id indexes; one row more than asked says if a page follows.
