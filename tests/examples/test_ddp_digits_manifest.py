@@ -13,5 +13,6 @@ def test_job_yaml_is_a_valid_manifest() -> None:
     manifest = load_manifest_text(JOB.read_text())
     assert manifest.name == "ddp-digits"
     assert manifest.learners == 2 and manifest.resources.gpus == 0 and manifest.gpus == 0
-    assert manifest.argv[:2] == ("python", "examples/ddp_digits/train.py")
-    assert (JOB.parents[2] / manifest.argv[1]).is_file()  # relative to the repository root
+    assert manifest.argv[:2] == ("python", "train.py")
+    assert manifest.workdir == "."  # the manifest's directory is uploaded with the job
+    assert (JOB.parent / manifest.argv[1]).is_file()

@@ -5,6 +5,8 @@ A job is named by its full id or by a unique prefix of it (`j-3f2a`, or `3f2a`):
 
 from __future__ import annotations
 
+import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -12,9 +14,12 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.table import Table
+from typer import _click  # typer vendors click: the Context its commands parse with
+from typer.core import TyperCommand
 
 from loadmaster.cli.common import add_row, console, err_console, esc, fail, print_json
 from loadmaster.cli.remote import client, duration, id_column, in_, remote, resolve_job, when
+from loadmaster.platform.code import DEFAULT_MAX_MB, MAX_MB_ENV
 
 if TYPE_CHECKING:
     from loadmaster.platform.client import Client
@@ -77,39 +82,154 @@ def _exit_for(job_id: str, status: str) -> None:
     raise typer.Exit(1)
 
 
-@app.command("submit")
+class _InlineCommand(TyperCommand):
+    """Everything after `--` is the job's command, never read as options (ray job submit's convention)."""
+
+    def parse_args(self, ctx: _click.Context, args: list[str]) -> list[str]:
+        if "--" in args:
+            cut = args.index("--")
+            ctx.meta[_INLINE] = args[cut + 1:]
+            args = args[:cut]
+        return super().parse_args(ctx, args)
+
+
+_INLINE = "loadmaster.inline_command"
+_NAME_CHARS = re.compile(r"[^A-Za-z0-9._-]+")
+
+
+def _default_name(argv: list[str]) -> str:
+    """`python train.py` -> train; `./run.sh` -> run: what a person would call the job."""
+    script = next((a for a in argv if a.endswith((".py", ".sh"))), argv[0] if argv else "job")
+    name = _NAME_CHARS.sub("-", Path(script).stem).strip("-._")[:128]
+    return name or "job"
+
+
+def _read_manifest(file: str) -> tuple[str, Path]:
+    """The manifest's text, and the directory its relative workdir is read against."""
+    if file == "-":
+        return sys.stdin.read(), Path.cwd()
+    path = Path(file)
+    if not path.is_file():
+        fail(f"no such manifest file: {file}")
+    return path.read_text(encoding="utf-8", errors="replace"), path.resolve().parent
+
+
+def _env_pairs(pairs: list[str]) -> dict[str, str]:
+    out = {}
+    for pair in pairs:
+        name, sep, value = pair.partition("=")
+        if not sep or not name:
+            fail(f"--env {pair!r}: give NAME=VALUE")
+        out[name] = value
+    return out
+
+
+@app.command("submit", cls=_InlineCommand)
 @remote
 def submit(
-    file: Annotated[str, typer.Argument(help="The manifest: a YAML or JSON file, or - for standard input.")],
+    ctx: typer.Context,
+    file: Annotated[str | None, typer.Argument(help="The manifest: a YAML or JSON file, or - for standard input. "
+                                                    "Optional with a command after --.")] = None,
+    working_dir: Annotated[Path | None, typer.Option(
+        "--working-dir", "-w", help="Upload this directory (honouring .gitignore and .loadmasterignore); each "
+                                    "attempt runs in a fresh copy of it. A manifest's relative `workdir` "
+                                    "does the same.")] = None,
+    name: Annotated[str | None, typer.Option("--name", help="The job's name (default: the script's).")] = None,
+    learners: Annotated[int | None, typer.Option("--learners", min=1, help="Learners (processes).")] = None,
+    gpus: Annotated[int | None, typer.Option("--gpus", min=0, help="GPUs per learner.")] = None,
+    cpus: Annotated[float | None, typer.Option("--cpus", min=0.001, help="CPUs per learner.")] = None,
+    memory_gb: Annotated[float | None, typer.Option("--memory-gb", min=0.001, help="GB per learner.")] = None,
+    env: Annotated[list[str] | None, typer.Option("--env", "-e", help="NAME=VALUE for every learner "
+                                                                      "(repeatable).")] = None,
+    gpu_type: Annotated[str | None, typer.Option("--gpu-type", help="Only GPUs of this type (`loadmaster "
+                                                                    "cluster` lists them).")] = None,
+    array: Annotated[str | None, typer.Option("--array", help="A job per index, as Slurm: 0-9, 1,3,5, 0-20:5; "
+                                                              "%N runs at most N at once (0-9%2). Each task "
+                                                              "reads LOADMASTER_ARRAY_INDEX.")] = None,
+    after: Annotated[list[str] | None, typer.Option("--after", help="Start only once this job has started "
+                                                                    "(repeatable).")] = None,
+    afterany: Annotated[list[str] | None, typer.Option("--afterany", help="Start only once this job has ended, "
+                                                                          "however (repeatable).")] = None,
+    afterok: Annotated[list[str] | None, typer.Option("--afterok", help="Start only once this job COMPLETED; "
+                                                                        "fail if it does not (repeatable).")] = None,
+    max_upload_mb: Annotated[float | None, typer.Option(
+        "--max-upload-mb", min=0.001, help=f"Refuse to upload more than this (default {DEFAULT_MAX_MB:g}, or "
+                                           f"{MAX_MB_ENV}).")] = None,
     follow_: Annotated[bool, typer.Option("--follow", "-f", help="Stream status and logs until the job ends; "
                                                                  "exit 1 unless it COMPLETED.")] = False,
     tenant: Annotated[str | None, typer.Option("--tenant", help="With the admin token: the tenant to submit "
                                                                 "for.")] = None,
     as_json: Json = False,
 ) -> None:
-    """Submit a job."""
-    if file == "-":
-        text = sys.stdin.read()
-    else:
-        path = Path(file)
-        if not path.is_file():
-            fail(f"no such manifest file: {file}")
-        text = path.read_text(encoding="utf-8", errors="replace")
-    # Checked here first so a malformed file is named as such even when the server is down; the server
+    """Submit a job: a manifest FILE, or a command after -- (e.g. `loadmaster job submit --working-dir . --gpus 1
+    -- python train.py`); options override the manifest's fields."""
+    inline: list[str] = list(ctx.meta.get(_INLINE) or [])
+    if file is None and not inline:
+        fail("give a manifest file, or the command after -- (e.g. `loadmaster job submit -- python train.py`)")
+    # Checked here first so a malformed manifest is named as such even when the server is down; the server
     # checks again (and against the cluster), so this adds no rule of its own.
-    from loadmaster.platform.manifest import ManifestError, load_manifest_text
+    from loadmaster.platform.code import CodeError
+    from loadmaster.platform.manifest import ManifestError, load_manifest_text, parse_manifest
 
+    text, base = _read_manifest(file) if file is not None else ("", Path.cwd())
+    label = file or "the command line"
+    data: dict[str, Any] = {}
+    if text:
+        try:
+            data = load_manifest_text(text).model_dump(mode="json", exclude_defaults=True)
+        except ManifestError as err:
+            fail(f"{file}: {err}")
+    changed = bool(inline or env or after or afterany or afterok) or any(
+        v is not None for v in (name, learners, gpus, cpus, memory_gb, gpu_type, array, working_dir))
+    data.update({k: v for k, v in (("name", name), ("learners", learners), ("array", array)) if v is not None})
+    resources = {k: v for k, v in (("gpus", gpus), ("cpus", cpus), ("memory_gb", memory_gb),
+                                   ("gpu_type", gpu_type)) if v is not None}
+    if resources:
+        data["resources"] = {**data.get("resources", {}), **resources}
+    if env:
+        data["env"] = {**data.get("env", {}), **_env_pairs(env)}
+    if inline:
+        data["command"] = inline
+    data.setdefault("name", _default_name(inline or []))
+    upload = working_dir.expanduser() if working_dir is not None else None
+    workdir = data.get("workdir")
+    if upload is None and isinstance(workdir, str) and not data.get("code") \
+            and not workdir.startswith(("/", "~")):
+        upload = base / workdir  # `workdir: .` in a manifest: the directory beside it, sent with the job
+    if upload is not None:
+        data.pop("workdir", None)
+        changed = True
     try:
-        load_manifest_text(text)
+        parse_manifest(data)
     except ManifestError as err:
-        fail(f"{file}: {err}")
+        fail(f"{label}: {err}")
     c = client(admin=tenant is not None)
-    job = c.submit(text, yaml=not file.endswith(".json"), tenant=tenant)
+    for field, given in (("after", after), ("afterany", afterany), ("afterok", afterok)):
+        if given:  # ids or unique prefixes, as everywhere
+            data[field] = [*data.get(field, []), *(resolve_job(c, j) for j in given)]
+    if upload is not None:
+        limit = max_upload_mb if max_upload_mb is not None else float(os.environ.get(MAX_MB_ENV) or DEFAULT_MAX_MB)
+        try:
+            package = c.upload_code(upload, int(limit * (1 << 20)))
+        except CodeError as err:
+            fail(str(err))
+        data["code"] = package.digest
+        if package.links_out and not as_json:
+            err_console.print(f"[dim]left out {len(package.links_out)} link(s) that point outside {esc(str(upload))} "
+                              f"(they would not resolve on the server): {esc(', '.join(package.links_out[:5]))}[/]",
+                              highlight=False, soft_wrap=True)
+    if changed:
+        job = c.submit(data, tenant=tenant)
+    else:
+        job = c.submit(text, yaml=not str(file).endswith(".json"), tenant=tenant)
     if as_json:
         print_json(job)
     else:
         console.print(f"submitted {esc(job['id'])} ({esc(job['name'])}, {job['learners']} learner(s) x "
                       f"{job['gpus_per_learner']} GPU(s)): {esc(job['status'])}", highlight=False)
+        if job.get("array_tasks"):
+            console.print(f"array {esc(job['id'])}: {len(job['array_tasks'])} task(s): "
+                          f"{esc(' '.join(job['array_tasks']))}", highlight=False, soft_wrap=True)
     if follow_:
         _exit_for(job["id"], follow(c, job["id"], attempt=1, after=0))
 
@@ -122,14 +242,18 @@ def list_jobs(
     name_contains: Annotated[str | None, typer.Option("--name-contains", help="Only jobs whose name contains "
                                                                               "this (any case).")] = None,
     tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's jobs.")] = None,
+    array: Annotated[str | None, typer.Option("--array", help="Only the tasks of this array (its id, or a unique "
+                                                              "prefix).")] = None,
     limit: Annotated[int, typer.Option("--limit", min=1, max=10_000)] = 100,
     before: Annotated[str | None, typer.Option("--before", help="The cursor a previous page printed: the jobs "
                                                                 "after it.")] = None,
     as_json: Json = False,
 ) -> None:
     """List jobs, newest first (--limit at a time; the next page with --before)."""
-    page = client().jobs_page(status=[s.upper() for s in status or []], name=name, name_contains=name_contains,
-                              tenant=tenant, limit=limit, before=before)
+    c = client()
+    page = c.jobs_page(status=[s.upper() for s in status or []], name=name, name_contains=name_contains,
+                       tenant=tenant, limit=limit, before=before,
+                       array=resolve_job(c, array) if array is not None else None)
     jobs = page["jobs"]
     if as_json:
         print_json(jobs)
@@ -162,6 +286,13 @@ def show(job_id: JobArg, as_json: Json = False) -> None:
     console.print(f"  {j['learners']} learner(s) x {j['gpus_per_learner']} GPU(s), priority {j['priority']}; "
                   f"submitted {when(j['submitted_at'])}; attempts {j['attempts']}, failures {j['failures']}, "
                   f"preemptions {j['preemptions']}", highlight=False)
+    if j.get("array_job"):
+        console.print(f"  array {esc(j['array_job'])}, index {j['array_index']} (`job list --array "
+                      f"{esc(j['array_job'])}` lists its tasks)", highlight=False)
+    needs = [f"{kind} {', '.join(j['manifest'][kind])}" for kind in ("after", "afterany", "afterok")
+             if j["manifest"].get(kind)]
+    if needs:
+        console.print(f"  depends on: {esc('; '.join(needs))}", highlight=False)
     pending = [n for n in ("cancel", "halt") if j[f"{n}_requested"]]
     if j["target_learners"] is not None:
         pending.append(f"scale to {j['target_learners']}")
@@ -299,9 +430,35 @@ def wait(
 
 @app.command("cancel")
 @remote
-def cancel(job_id: JobArg, as_json: Json = False) -> None:
+def cancel(job_id: JobArg, array: Annotated[bool, typer.Option("--array", help="Cancel every unfinished task of "
+                                                                               "the array JOB names (scancel "
+                                                                               "ARRAY_ID).")] = False,
+           as_json: Json = False) -> None:
     """Cancel a job (a running one once its learners have stopped)."""
-    _act(job_id, "cancel", as_json)
+    if not array:
+        _act(job_id, "cancel", as_json)
+        return
+    from loadmaster.platform.client import ClientError
+
+    c = client()
+    array_id = resolve_job(c, job_id)
+    tasks = c.jobs(array=array_id, limit=10_000)
+    if not tasks:
+        fail(f"{job_id} is not an array of this token's (`job show` names a task's array)")
+    out = []
+    for task in tasks:
+        if task["status"] in TERMINAL:
+            continue
+        try:
+            out.append(c.action(task["id"], "cancel"))
+        except ClientError as err:
+            if err.status != 409:  # 409: it ended meanwhile
+                raise
+    if as_json:
+        print_json(out)
+    else:
+        console.print(f"array {esc(array_id)}: cancel requested for {len(out)} of its {len(tasks)} task(s)",
+                      highlight=False)
 
 
 @app.command("halt")

@@ -8,7 +8,7 @@ import typer
 from typer import _click  # typer vendors click: its Context and Command are the types TyperGroup uses
 from typer.core import TyperGroup
 
-from loadmaster.cli import cluster, demo, job, queue, server, tenant
+from loadmaster.cli import cluster, demo, job, queue, server, tenant, usage
 
 # Command groups whose modules pull in NumPy, the scheduling core and the trace loaders: imported when one
 # of their commands runs (or the top-level help lists them), so that `loadmaster job list` and friends
@@ -40,6 +40,7 @@ app = typer.Typer(
 app.command("server")(server.server)
 app.add_typer(job.app, name="job")
 app.command("queue")(queue.queue)
+app.command("usage")(usage.usage)
 app.add_typer(cluster.app, name="cluster")
 app.add_typer(tenant.app, name="tenant")
 # The platform and the simulator together: a bundled trace replayed live, beside its simulation.

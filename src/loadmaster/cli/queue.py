@@ -14,13 +14,16 @@ from rich.table import Table
 from loadmaster.cli.common import add_row, console, err_console, print_json
 from loadmaster.cli.remote import client, duration, id_column, in_, remote
 
+# Jobs the scheduler does not see yet (control/gates.py): no estimate, but a reason.
+HELD = {"dependency": "once its dependencies allow", "array_limit": "when a task of its array ends"}
 COLUMNS = ("pos", "job", "name", "tenant", "waiting because", "run time", "estimated start")
 
 
 def _cells(e: dict[str, Any]) -> tuple[str, ...]:
     run_time = "-" if e.get("expected_duration_s") is None else duration(e["expected_duration_s"])
+    start = HELD.get(e["wait_reason"]) if e["estimated_start_at"] is None else None
     return (str(e["position"]), e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
-            f"{run_time} (guess)" if e.get("duration_guessed") else run_time, in_(e["estimated_start_at"]))
+            f"{run_time} (guess)" if e.get("duration_guessed") else run_time, start or in_(e["estimated_start_at"]))
 
 
 @remote

@@ -28,11 +28,21 @@ def smallest_learners(manifest: JobManifest) -> int:
     return manifest.elastic.min_learners if manifest.elastic else manifest.learners
 
 
-def feasibility_spec(manifest: JobManifest, tenant: str, learners: int) -> JobSpec:
+def type_speed(manifest: JobManifest, cluster: Cluster) -> tuple[tuple[str, float], ...] | None:
+    """resources.gpu_type as the core's per-type speed: full speed on that type, none on the others (the
+    placers then offer only that type's nodes; feasibility rejects a cluster without it)."""
+    wanted = manifest.resources.gpu_type
+    if wanted is None:
+        return None
+    return tuple((t, 1.0 if t == wanted else 0.0) for t in dict.fromkeys((*cluster.gpu_types, wanted)))
+
+
+def feasibility_spec(manifest: JobManifest, tenant: str, learners: int, cluster: Cluster) -> JobSpec:
     """The manifest as the scheduling core's JobSpec, for the shape checks only (duration is unknown here)."""
     r = manifest.resources
     return JobSpec(job_id="admission", tenant=tenant, submit_time_s=0.0, learners=learners,
-                   gpus_per_learner=r.gpus, duration_s=0.0, cpus_per_learner=r.cpus, mem_gb_per_learner=r.memory_gb)
+                   gpus_per_learner=r.gpus, duration_s=0.0, cpus_per_learner=r.cpus, mem_gb_per_learner=r.memory_gb,
+                   type_speed=type_speed(manifest, cluster))
 
 
 def check_tenant_limits(manifest: JobManifest, tenant: str, max_gpus: int | None) -> Rejection | None:
@@ -51,10 +61,14 @@ def check_tenant_limits(manifest: JobManifest, tenant: str, max_gpus: int | None
 
 def check_cluster(manifest: JobManifest, tenant: str, cluster: Cluster) -> Rejection | None:
     n = smallest_learners(manifest)
-    reason = never_fits(feasibility_spec(manifest, tenant, n), cluster, n)
+    r = manifest.resources
+    if r.gpu_type is not None and r.gpu_type not in cluster.gpu_types:
+        have = ", ".join(cluster.gpu_types) or "none"
+        return Rejection("resources.gpu_type", f"this cluster has no {r.gpu_type!r} GPUs (its types: {have}); ask "
+                                               "for one of those, or leave gpu_type out to run on any")
+    reason = never_fits(feasibility_spec(manifest, tenant, n, cluster), cluster, n)
     if reason is None:
         return None
-    r = manifest.resources
     # Name the field by the same quantities the verdict came from, so the user knows what to change.
     eligible = cluster.gpu_capacity >= r.gpus
     if r.gpus > int(cluster.gpu_capacity.max()):
@@ -66,6 +80,8 @@ def check_cluster(manifest: JobManifest, tenant: str, cluster: Cluster) -> Rejec
     else:
         field = "elastic.min_learners" if manifest.elastic else "learners"
         fix = "ask for fewer learners or fewer GPUs per learner"
+        if r.gpu_type is not None:
+            fix += f", or leave resources.gpu_type ({r.gpu_type}) out"
     return Rejection(field, f"the job can never run on this cluster ({cluster.describe()}): {reason}; {fix}")
 
 

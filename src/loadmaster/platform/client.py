@@ -9,9 +9,13 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Iterator, Mapping
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import httpx
+
+if TYPE_CHECKING:
+    from loadmaster.platform.code import Package
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 URL_ENV = "LOADMASTER_URL"
@@ -89,13 +93,37 @@ class Client:
                                 params=params)
         return self.request("POST", f"{API}/jobs", json=dict(manifest), params=params)
 
+    def upload_code(self, directory: Path, max_bytes: int) -> Package:
+        """Pack a working directory (platform/code.py) and upload it unless the server has it; the package
+        (its digest is the manifest's `code`). CodeError when the directory cannot be packed (too large: the
+        message says how to change the limit)."""
+        from loadmaster.platform.code import pack
+
+        package = pack(directory, max_bytes)
+        try:
+            self.request("GET", f"{API}/code/{package.digest}")
+            return package
+        except ClientError as err:
+            if err.status != 404:
+                raise
+        self.request("POST", f"{API}/code", content=package.archive,
+                     headers={"content-type": "application/octet-stream"}, timeout=300.0)
+        return package
+
+    def usage(self, *, since: float | None = None, until: float | None = None, by: str = "day",
+              tenant: str | None = None) -> Any:
+        """GPU-hours used, failed and preempted (GET /api/v1/usage)."""
+        params = {k: v for k, v in (("since", since), ("until", until), ("by", by), ("tenant", tenant))
+                  if v is not None}
+        return self.request("GET", f"{API}/usage", params=params)
+
     def jobs_page(self, *, status: list[str] | None = None, name: str | None = None,
                   name_contains: str | None = None, id_prefix: str | None = None, tenant: str | None = None,
-                  limit: int = 100, before: str | None = None) -> Any:
+                  limit: int = 100, before: str | None = None, array: str | None = None) -> Any:
         """One page of jobs, newest first: {"jobs": [...], "next_cursor": ...} (pass it as `before`)."""
         params: dict[str, Any] = {"limit": limit}
         for key, value in (("status", status), ("name", name), ("name_contains", name_contains),
-                           ("id_prefix", id_prefix), ("tenant", tenant), ("before", before)):
+                           ("id_prefix", id_prefix), ("tenant", tenant), ("before", before), ("array", array)):
             if value:
                 params[key] = value
         return self.request("GET", f"{API}/jobs", params=params)

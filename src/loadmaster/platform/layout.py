@@ -9,8 +9,12 @@ learners write there, the API reads logs from there: one definition, so the thre
     DATA/jobs/JOB/results/              copied to the results target when the job succeeds
     DATA/jobs/JOB/attempt-N/logs/       rank-R.log (stdout+stderr), rank-R.exit
     DATA/jobs/JOB/attempt-N/reports/    rank-R.jsonl (runtime.report())
+    DATA/jobs/JOB/attempt-N/code/       the job's code package, unpacked afresh for this attempt (its cwd), the
+                                        tenant's user's once unpacked (by the server, where the learner cannot
+                                        plant links) and inside the sandbox
+    DATA/code/sha256/HEX.tar.gz         uploaded code packages, by content (platform/code.py)
 
-The learner's directories (work, checkpoints, data, results, reports) belong to the tenant's OS user with
+The learner's directories (work, checkpoints, data, results, reports, code) belong to the tenant's OS user with
 mode 0700; the logs and the executor's control files stay the server's, in directories the learner cannot
 change (a learner owning them could swap one for a symbolic link that the server then writes through).
 """
@@ -48,6 +52,9 @@ class JobDirs:
 
     def logs(self, job_id: str, attempt: int) -> Path:
         return self.attempt(job_id, attempt) / "logs"
+
+    def code(self, job_id: str, attempt: int) -> Path:
+        return self.attempt(job_id, attempt) / "code"
 
     def reports(self, job_id: str, attempt: int) -> Path:
         return self.attempt(job_id, attempt) / "reports"

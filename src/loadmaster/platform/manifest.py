@@ -9,10 +9,11 @@ from __future__ import annotations
 
 import re
 from enum import StrEnum
+from pathlib import PurePosixPath
 from typing import Annotated, Any, Self
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator, model_validator
 
 MAX_LEARNERS = 1024
 MAX_GPUS_PER_LEARNER = 64
@@ -34,6 +35,13 @@ RESERVED_ENV_SINCE_GROUPS = frozenset({"GROUP_RANK", "NODE_RANK", "GROUP_WORLD_S
 SHELL = ("bash", "-o", "pipefail", "-c")
 
 
+MAX_DEPENDENCIES = 100
+MAX_ARRAY_TASKS = 1000  # Slurm's default MaxArraySize is 1001
+JobRef = Annotated[str, Field(min_length=1, max_length=32, pattern=r"^[A-Za-z0-9-]+$")]
+_ARRAY = re.compile(r"^(?P<ranges>[0-9,:\-]+)(%(?P<limit>[0-9]+))?$")
+SERVER_SET = ("array_index", "array_job")  # fields the server writes into a task's manifest
+
+
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -44,6 +52,15 @@ class Resources(_Strict):
     gpus: Annotated[int, Field(ge=0, le=MAX_GPUS_PER_LEARNER)] = 1
     cpus: Annotated[float, Field(gt=0, le=MAX_CPUS_PER_LEARNER)] = 1.0
     memory_gb: Annotated[float, Field(gt=0, le=MAX_MEMORY_GB_PER_LEARNER)] = 1.0
+    # Only GPUs of this type (a node's type: `loadmaster cluster` lists them); None: any, one type per gang.
+    gpu_type: Annotated[str, Field(min_length=1, max_length=64, pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")] | None = None
+
+    @model_validator(mode="after")
+    def _type_needs_gpus(self) -> Self:
+        if self.gpu_type is not None and self.gpus == 0:
+            raise ValueError(f"gpu_type {self.gpu_type!r} asks for a type of GPU, but gpus is 0: set resources.gpus "
+                             "or leave gpu_type out")
+        return self
 
 
 class PlacementStrategy(StrEnum):
@@ -90,6 +107,11 @@ class JobManifest(_Strict):
     learners: Annotated[int, Field(ge=1, le=MAX_LEARNERS)] = 1
     resources: Resources = Resources()
     command: list[str] | str
+    # An uploaded code package (platform/code.py): `loadmaster job submit --working-dir DIR` sets it. Declared
+    # before workdir, whose check reads it.
+    code: str | None = Field(default=None, json_schema_extra={"pattern": r"^sha256:[0-9a-f]{64}$"})
+    # Where the learners start. With `code`, a directory inside the package (default: its root); without, a
+    # directory on the learners' machines.
     workdir: str | None = None
     env: dict[str, str] = Field(default_factory=dict)
     priority: Annotated[int, Field(ge=-1000, le=1000)] = 0
@@ -103,6 +125,16 @@ class JobManifest(_Strict):
     stop_grace_s: Annotated[float, Field(ge=0, le=MAX_STOP_GRACE_S)] | None = None
     data: str | None = None  # fsspec URL staged before the learners start (DOWNLOADING)
     results: str | None = None  # fsspec URL the results directory is copied to (STORING)
+    # Slurm's --dependency: the job is not scheduled until each job of `after` has started (or ended), each
+    # of `afterany` has ended, each of `afterok` has COMPLETED (one that ended otherwise fails this job).
+    after: Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)] = Field(default_factory=list)
+    afterany: Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)] = Field(default_factory=list)
+    afterok: Annotated[list[JobRef], Field(max_length=MAX_DEPENDENCIES)] = Field(default_factory=list)
+    # Slurm's --array: "0-9", "1,3,8-11", "0-20:5", with "%N" to run at most N tasks at once. One job per
+    # index is made at submission, each with the fields below set (LOADMASTER_ARRAY_INDEX in its environment).
+    array: str | None = Field(default=None, max_length=256)
+    array_index: int | None = None  # set by the server, refused at submission
+    array_job: str | None = None  # the array's first task's id: the tasks' shared name (set by the server)
 
     @field_validator("name")
     @classmethod
@@ -121,6 +153,13 @@ class JobManifest(_Strict):
             raise ValueError("command is empty: give the program and its arguments, e.g. ['python', 'train.py']")
         return v
 
+    @field_validator("array")
+    @classmethod
+    def _array(cls, v: str | None) -> str | None:
+        if v is not None:
+            array_tasks(v)
+        return v
+
     @field_validator("env")
     @classmethod
     def _env(cls, v: dict[str, str]) -> dict[str, str]:
@@ -129,6 +168,23 @@ class JobManifest(_Strict):
                 raise ValueError(f"env name {name!r} is not a valid variable name")
             if name in RESERVED_ENV or name.startswith(RESERVED_ENV_PREFIXES):
                 raise ValueError(f"env {name} is set by loadmaster for every learner; remove it from the manifest")
+        return v
+
+    @field_validator("code")
+    @classmethod
+    def _code(cls, v: str | None) -> str | None:
+        if v is not None and not re.match(r"^sha256:[0-9a-f]{64}$", v):
+            raise ValueError("code names an uploaded package as sha256: and 64 lowercase hex digits (what "
+                             "`loadmaster job submit --working-dir DIR` uploads and sets)")
+        return v
+
+    @field_validator("workdir")
+    @classmethod
+    def _workdir_inside_code(cls, v: str | None, info: ValidationInfo) -> str | None:
+        inside = v is None or not (v.startswith(("/", "~")) or ".." in PurePosixPath(v).parts)
+        if info.data.get("code") is not None and not inside:
+            raise ValueError(f"{v!r}: with `code`, workdir is a directory inside the package (relative, "
+                             "without '..'); leave it out to start at the package's root")
         return v
 
     @model_validator(mode="after")
@@ -169,6 +225,33 @@ def problems_of(err: ValidationError) -> list[tuple[str, str]]:
     return out
 
 
+def array_tasks(spec: str) -> tuple[tuple[int, ...], int | None]:
+    """Slurm's array syntax: the indices, in order, and the most tasks at once (None: no limit)."""
+    m = _ARRAY.match(spec.replace(" ", ""))
+    if m is None:
+        raise ValueError(f"array {spec!r}: write indices as Slurm does, e.g. '0-9', '1,3,8-11', '0-20:5', "
+                         "optionally with '%N' to run at most N at once ('0-9%2')")
+    indices: list[int] = []
+    for part in m["ranges"].split(","):
+        bounds, _, step_text = part.partition(":")
+        low_text, dash, high_text = bounds.partition("-")
+        try:
+            low = int(low_text)
+            high = int(high_text) if dash else low
+            step = int(step_text) if step_text else 1
+        except ValueError:
+            raise ValueError(f"array {spec!r}: {part!r} is not N, N-M or N-M:STEP") from None
+        if high < low or step < 1:
+            raise ValueError(f"array {spec!r}: {part!r} runs backwards or has a step below 1")
+        if (high - low) // step + 1 + len(indices) > MAX_ARRAY_TASKS:
+            raise ValueError(f"array {spec!r}: more than {MAX_ARRAY_TASKS} tasks")
+        indices.extend(range(low, high + 1, step))
+    limit = int(m["limit"]) if m["limit"] is not None else None
+    if limit is not None and limit < 1:
+        raise ValueError(f"array {spec!r}: %{limit} must allow at least one task at once")
+    return tuple(sorted(set(indices))), limit
+
+
 def parse_manifest(data: Any) -> JobManifest:
     """Validate an already decoded manifest (a mapping)."""
     if not isinstance(data, dict):
@@ -177,6 +260,10 @@ def parse_manifest(data: Any) -> JobManifest:
         manifest = JobManifest.model_validate(data)
     except ValidationError as err:
         raise ManifestError(problems_of(err)) from None
+    set_by_server = [name for name in SERVER_SET if getattr(manifest, name) is not None]
+    if set_by_server:
+        raise ManifestError([(name, "is set by the server for each task of an array; give `array` instead")
+                             for name in set_by_server])
     taken = sorted(RESERVED_ENV_SINCE_GROUPS.intersection(manifest.env))
     if taken:
         raise ManifestError([(f"env.{name}", f"{name} is set by loadmaster for every learner (its node's group, "

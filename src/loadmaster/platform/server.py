@@ -31,6 +31,7 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.platform.api.app import create_app
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.api.serving import HANDLED, ApiServer
+from loadmaster.platform.code import DEFAULT_MAX_MB
 from loadmaster.platform.control.loop import ControlLoop
 from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.executors.base import Executor
@@ -78,6 +79,7 @@ class ServerOptions:
     uid_base: int = DEFAULT_UID_BASE
     insecure_shared_user: bool = False
     admin_token_file: Path | None = None
+    max_upload_mb: float = DEFAULT_MAX_MB  # a code package's files, unpacked
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -88,6 +90,9 @@ class ServerOptions:
             raise ServerError(f"--placement {self.placement!r}: choose one of {', '.join(PLACERS)}")
         if not 0 <= self.port <= 65535:
             raise ServerError(f"--port {self.port}: a TCP port is 0..65535 (0 picks a free one)")
+        if not 0 < self.max_upload_mb <= 1 << 20:
+            raise ServerError(f"--max-upload-mb {self.max_upload_mb:g}: give the most MiB a job's code package "
+                              "may unpack to, more than 0")
         if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
             raise ServerError(f"--checkpoint-interval {self.checkpoint_interval_s:g}: give the seconds between the "
                               "jobs' checkpoints, more than 0")
@@ -291,7 +296,8 @@ class Platform:
             lock.release()
             raise
         ctx = ApiContext(store, cluster, dirs, loop=loop, closing=closing, metrics=loop.metrics.registry,
-                         nodes=loop.membership, isolation=isolation)
+                         nodes=loop.membership, isolation=isolation,
+                         max_code_bytes=int(options.max_upload_mb * (1 << 20)))
         app = create_app(ctx)
         if options.dashboard:
             from loadmaster.web import mount_dashboard

@@ -30,4 +30,6 @@ CHECKPOINT_DIR = "LOADMASTER_CHECKPOINT_DIR"  # the job's checkpoint directory, 
 DATA_DIR = "LOADMASTER_DATA_DIR"  # where the job's data source was staged (unset when it has none)
 RESULTS_DIR = "LOADMASTER_RESULTS_DIR"  # what the learners write here is copied to the results target
 REPORT_FILE = "LOADMASTER_REPORT_FILE"  # JSON lines appended by runtime.report(), one file per rank
+ARRAY_INDEX = "LOADMASTER_ARRAY_INDEX"  # a job array's task: its index (Slurm's SLURM_ARRAY_TASK_ID)
+ARRAY_JOB_ID = "LOADMASTER_ARRAY_JOB_ID"  # the array's id, shared by its tasks (SLURM_ARRAY_JOB_ID)
 PREEMPT_FILE = "LOADMASTER_PREEMPT_FILE"  # appears when the platform asks the learner to stop (then SIGTERM)

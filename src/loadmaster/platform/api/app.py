@@ -7,7 +7,7 @@ from typing import Any
 from fastapi import FastAPI
 from fastapi.openapi.utils import get_openapi
 
-from loadmaster.platform.api import cluster, docs, errors, health, jobs, logs, outputs, queue, tenants
+from loadmaster.platform.api import cluster, code, docs, errors, health, jobs, logs, outputs, queue, tenants, usage
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.manifest import JobManifest
 
@@ -43,7 +43,7 @@ def _build(version: str) -> FastAPI:
     errors.install(app)
     docs.install(app)
     routes = []
-    for module in (health, jobs, logs, outputs, queue, cluster, tenants):
+    for module in (health, jobs, code, logs, outputs, queue, cluster, tenants, usage):
         app.include_router(module.router)
         routes += module.router.routes
     app.state.route_methods = errors.route_methods(routes)

@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry
 from loadmaster.core.cluster import Cluster
 from loadmaster.platform.api.batching import GroupCommit, Throttled
 from loadmaster.platform.api.models import JobSummary
+from loadmaster.platform.code import DEFAULT_MAX_MB
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.tenants import Principal, authenticate
@@ -91,6 +92,7 @@ class ApiContext:
     clock: Callable[[], float] = time.time
     auth: Authenticator = field(init=False)
     max_body_bytes: int = 1 << 20
+    max_code_bytes: int = int(DEFAULT_MAX_MB * (1 << 20))  # a code package's files, unpacked (--max-upload-mb)
     stream_poll_s: float = 0.2  # how often a log stream looks for new lines
     closing: threading.Event = field(default_factory=threading.Event)  # set at shutdown: streams end
     # Submissions wake the control loop at most this often (a burst of them costs a few rounds, not one each).

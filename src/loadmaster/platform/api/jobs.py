@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any
+from typing import Annotated, Any, cast
 
 from fastapi import APIRouter, Path, Query, Request
 from sqlalchemy import func, select, tuple_
@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
 
 from loadmaster.core.job import JobStatus
-from loadmaster.platform import admission
+from loadmaster.platform import admission, code
 from loadmaster.platform.api import actions
 from loadmaster.platform.api.auth import Ctx, Who
 from loadmaster.platform.api.context import ApiContext
@@ -22,6 +22,7 @@ from loadmaster.platform.api.models import (
     JobSummary,
     QueueEntryOut,
     ScaleIn,
+    Submitted,
     allocation_out,
     attempt_out,
     duration_fields,
@@ -30,7 +31,7 @@ from loadmaster.platform.api.models import (
     transition_out,
 )
 from loadmaster.platform.api.submission import decode_manifest
-from loadmaster.platform.manifest import JobManifest, ManifestError
+from loadmaster.platform.manifest import JobManifest, ManifestError, array_tasks
 from loadmaster.platform.store.jobs import add_job, new_job_id
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import Principal, get_tenant
@@ -111,12 +112,26 @@ def _admit(ctx: ApiContext, manifest: JobManifest, tenant: str, max_gpus: int | 
         raise ApiError(422, f"rejected: {rejection.field}: {rejection.reason}", [(rejection.field, rejection.reason)])
 
 
-@router.post("", status_code=201, response_model=JobSummary, openapi_extra=_MANIFEST_BODY,
+def _check_dependencies(s: Session, manifest: JobManifest, tenant_id: int) -> None:
+    """Every job a manifest depends on exists and is the same tenant's (a dependency on an unknown id would
+    hold the job forever)."""
+    for field in ("after", "afterany", "afterok"):
+        wanted = set(getattr(manifest, field))
+        if not wanted:
+            continue
+        found = set(s.scalars(select(Job.id).where(Job.id.in_(wanted), Job.tenant_id == tenant_id)))
+        missing = sorted(wanted - found)
+        if missing:
+            raise field_error(422, field, f"no job {', '.join(missing)} of this tenant: give the full ids of jobs "
+                                          "submitted earlier (`loadmaster job list`)")
+
+
+@router.post("", status_code=201, response_model=Submitted, openapi_extra=_MANIFEST_BODY,
              responses=responses(400, 401, 403, 404, 413, 415, 422, 503),
              summary="Submit a job (the body is its manifest, JSON or YAML)")
 async def submit(request: Request, ctx: Ctx, who: Who,
                  tenant: Annotated[str | None, Query(max_length=64, description="Admin only: the tenant to submit "
-                                                                                "for.")] = None) -> JobSummary:
+                                                                                "for.")] = None) -> Submitted:
     manifest = decode_manifest(await _bounded_body(request, ctx.max_body_bytes), request.headers.get("content-type"),
                                ctx.max_body_bytes)
     if who.is_admin:
@@ -124,16 +139,27 @@ async def submit(request: Request, ctx: Ctx, who: Who,
     else:
         by = _submitter(who, tenant)
     _admit(ctx, manifest, by.tenant, by.max_gpus)
-    job_id = new_job_id()
-    _check_paths(ctx, manifest, job_id, by)
+    if manifest.code is not None and not code.archive_path(ctx.dirs.root, manifest.code).is_file():
+        raise field_error(422, "code", f"no code package {manifest.code} on this server: upload it first (POST "
+                                       "/api/v1/code), or submit with `loadmaster job submit --working-dir DIR`")
     now = ctx.clock()
+    # One job per index of an array; the first task's id names the array (Slurm's array job id).
+    indices = array_tasks(manifest.array)[0] if manifest.array is not None else (None,)
+    ids = [new_job_id() for _ in indices]
+    tasks = [(manifest if i is None else manifest.model_copy(update={"array_index": i, "array_job": ids[0]}), task_id)
+             for i, task_id in zip(indices, ids, strict=True)]
+    # The paths resolve alike for every task (each inside its own job directory): one check answers for all.
+    _check_paths(ctx, manifest, ids[0], by)
 
-    def write(s: Session) -> JobSummary:
-        return summary(add_job(s, by.tenant_id, manifest, now, job_id=job_id, user=by.user), by.tenant)
+    def write(s: Session) -> Submitted:
+        _check_dependencies(s, manifest, by.tenant_id)
+        jobs = [add_job(s, by.tenant_id, task, now, job_id=task_id, user=by.user) for task, task_id in tasks]
+        return Submitted(**summary(jobs[0], by.tenant).model_dump(),
+                         array_tasks=[j.id for j in jobs] if manifest.array is not None else [])
 
     # One INSERT of the job and its first history row, committed together with the submissions that arrived
     # meanwhile (group commit); the loop is woken once the batch is committed.
-    return await ctx.submissions.submit(write)
+    return cast(Submitted, await ctx.submissions.submit(write))
 
 
 _ID_PREFIX = r"^[A-Za-z0-9-]{1,32}$"
@@ -166,6 +192,8 @@ def list_jobs(
     id_prefix: Annotated[str | None, Query(pattern=_ID_PREFIX, description="Only jobs whose id starts with "
                                                                            "this (resolving a short id).")] = None,
     tenant: Annotated[str | None, Query(max_length=64, description="Admin only: one tenant's jobs.")] = None,
+    array: Annotated[str | None, Query(pattern=_ID_PREFIX, description="Only the tasks of this array (its id: "
+                                                                        "the first task's).")] = None,
     limit: Annotated[int, Query(ge=1, le=10_000)] = 100,
     offset: Annotated[int, Query(ge=0, le=10_000_000)] = 0,
     before: Annotated[str | None, Query(max_length=80, pattern=_CURSOR,
@@ -185,6 +213,8 @@ def list_jobs(
         q = q.where(func.lower(Job.name).contains(name_contains.lower(), autoescape=True))
     if id_prefix:
         q = q.where(Job.id.startswith(id_prefix, autoescape=True))
+    if array:
+        q = q.where(Job.manifest["array_job"].as_string() == array)
     if before:
         q = q.where(tuple_(Job.submitted_at, Job.id) < tuple_(*_parse_cursor(before)))
     # Newest first, on the (tenant_id,) submitted_at, id indexes; one row more than asked says if a page follows.

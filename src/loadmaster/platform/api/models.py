@@ -34,6 +34,14 @@ class JobSummary(BaseModel):
     cancel_requested: bool
     halt_requested: bool
     target_learners: int | None
+    array_job: str | None = None  # an array's task: the array's first task's id (shared by all its tasks)
+    array_index: int | None = None
+
+
+class Submitted(JobSummary):
+    """The job submitted; for an array, its first task, and every task's id in index order."""
+
+    array_tasks: list[str] = []
 
 
 class JobList(BaseModel):
@@ -352,6 +360,7 @@ def summary(job: Job, tenant: str) -> JobSummary:
         first_started_at=job.first_started_at, finished_at=job.finished_at, attempts=job.attempts,
         failures=job.failures, preemptions=job.preemptions, cancel_requested=job.cancel_requested,
         halt_requested=job.halt_requested, target_learners=job.target_learners,
+        array_job=job.manifest.get("array_job"), array_index=job.manifest.get("array_index"),
     )
 
 

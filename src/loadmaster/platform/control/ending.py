@@ -33,6 +33,7 @@ from loadmaster.platform.control.state import CANCELLED_BY_USER, HALTED_BY_USER,
 from loadmaster.platform.failures import decide_retry
 from loadmaster.platform.store.jobs import BOOKING, transition
 from loadmaster.platform.store.models import Attempt, Job
+from loadmaster.platform.usage import PREEMPTED
 from loadmaster.runtime.checkpoints import checkpoint_step, latest_checkpoint
 
 C = FailureCategory
@@ -53,7 +54,7 @@ def end(b: Batch, ctx: Context, job_id: str, number: int, outcome: Outcome, run:
     if job is None or attempt is None or attempt.ended_at is not None:
         return False
     now = b.now
-    step = _checkpoint_step(ctx, job_id)
+    step, _ = _checkpoint(ctx, job_id)
     if run is not None:
         _bank(job, run, now, step)
     else:
@@ -156,7 +157,11 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
     stop = outcome.intent
     if stop.kind is StopKind.PREEMPT:
         attempt.failure_category = C.PREEMPTED.value
-        attempt.retry_decision = f"requeued after preemption ({stop.detail})"
+        attempt.retry_decision = f"{PREEMPTED} ({stop.detail})"  # accounting (usage.py) reads it
+        # What the next attempt redoes: the time since the last checkpoint this attempt saw (all of it when
+        # the job keeps none in its directory, as far as the platform can tell).
+        _, saved_at = _checkpoint(ctx, job.id)
+        attempt.lost_s = max(0.0, now - max(attempt.started_at, saved_at or attempt.started_at))
         job.preemptions += 1
         transition(s, job, JobStatus.HALTED, now, stop.detail)
         transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
@@ -245,9 +250,16 @@ def unbook(b: Batch, ctx: Context, job_id: str, why: str) -> None:
     b.after(lambda: ctx.changed(job_id))
 
 
-def _checkpoint_step(ctx: Context, job_id: str) -> int | None:
+def _checkpoint(ctx: Context, job_id: str) -> tuple[int | None, float | None]:
+    """The step of the job's latest checkpoint and when it was written (None, None: it has none)."""
     found = latest_checkpoint(ctx.dirs.checkpoints(job_id))
-    return None if found is None else checkpoint_step(found)
+    if found is None:
+        return None, None
+    try:
+        saved_at: float | None = found.stat().st_mtime
+    except OSError:  # removed meanwhile (a checkpoint rotation)
+        saved_at = None
+    return checkpoint_step(found), saved_at
 
 
 def _bank(job: Job, run: RunState, now: float, step: int | None) -> None:

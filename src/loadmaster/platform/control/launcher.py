@@ -6,12 +6,15 @@ what it means (forget()): a round whose transaction fails finds it again at the 
 
 from __future__ import annotations
 
+import tarfile
 import threading
 from collections.abc import Callable
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from loadmaster.platform import code
 from loadmaster.platform.executors.base import AttemptSpec, Executor, LaunchError
 
 
@@ -34,10 +37,22 @@ class Launcher:
         self.closed = False
 
     def launch(self, spec: AttemptSpec) -> None:
-        future = self._pool.submit(self._executor.launch, spec)
+        future = self._pool.submit(self._launch, spec)
         with self._lock:
             self._running[(spec.job_id, spec.attempt)] = future
         future.add_done_callback(lambda _: self._wake())
+
+    def _launch(self, spec: AttemptSpec) -> dict[str, Any]:
+        if spec.code_archive is not None and spec.code_dir is not None:
+            # Unpacked here, not in the loop: a large package takes a while. Every attempt gets a fresh copy.
+            try:
+                code.unpack(Path(spec.code_archive), Path(spec.code_dir), spec.run_as)
+            except FileNotFoundError:
+                raise LaunchError(f"job {spec.job_id}: its code package {spec.code_archive} is gone from the "
+                                  "server's data directory; submit the job again", user_error=True) from None
+            except (OSError, tarfile.TarError) as err:  # a full disk: not the job's fault, it stays queued
+                raise LaunchError(f"job {spec.job_id}: cannot unpack its code package: {err}") from None
+        return self._executor.launch(spec)
 
     def results(self) -> list[Launched]:
         """Launches that finished and were not forgotten yet."""

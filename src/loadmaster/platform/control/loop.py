@@ -40,6 +40,7 @@ from loadmaster.platform.control import progress, reconcile, requests
 from loadmaster.platform.control.allocation import Bookings
 from loadmaster.platform.control.batch import Batch, commit
 from loadmaster.platform.control.context import Context
+from loadmaster.platform.control.gates import Gates
 from loadmaster.platform.control.launcher import Launcher
 from loadmaster.platform.control.membership import Membership, drain_moves
 from loadmaster.platform.control.metrics import Gauges, LoopMetrics
@@ -76,8 +77,8 @@ LAUNCH_FAILED = "launch_failed"  # the queue's reason for a job whose launch cou
 @dataclass(frozen=True)
 class QueueView:
     """The latest round's queue: starts waiting for GPUs first, then the plan's waits in policy order, then
-    jobs whose launch is backing off. Kept as the round left it; its entries are made on first use (most
-    rounds' queues are never asked for)."""
+    jobs whose launch is backing off, then jobs the gates hold (dependencies, array limits). Kept as the round
+    left it; its entries are made on first use (most rounds' queues are never asked for)."""
 
     made_at: float
     starting: tuple[tuple[str, str, str], ...] = ()  # (job id, tenant, wait reason)
@@ -125,6 +126,7 @@ class ControlLoop:
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
                            progress_flush_s=progress_flush_s, isolation=isolation or Isolation())
         self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
+        self.gates = Gates(store)  # dependencies and array limits: queued jobs held out of decide()'s sight
         # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
         self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,
                                      store, every_s=nodes_every_s)
@@ -333,6 +335,10 @@ class ControlLoop:
             self._names, self._quotas = names, quotas
             ctx.table.tenants_read(delta.tenants)
         ctx.load_manifests(delta.changed)
+        held, rejects = self.gates.dependencies(ctx.table, ctx.manifests, delta.changed, delta.gone)
+        for job_id in held:
+            ctx.changed(job_id)
+        self._route(list(rejects))
         return delta.read
 
     def _follow_nodes(self, force: bool = False) -> None:
@@ -486,13 +492,15 @@ class ControlLoop:
         ctx = self.ctx
         touched = ctx.touched
         ctx.load_manifests([j for j in touched if j in ctx.table.rows])  # those a failed round did not load
+        touched |= self.gates.arrays(ctx.table, ctx.manifests, list(touched), set(ctx.pending) | set(ctx.runs))
+        gated = self.gates.held
         for job_id in touched:
             row = ctx.table.rows.get(job_id)
             manifest = ctx.manifests.get(job_id) if row is not None else None
             if row is None or manifest is None:
                 self.builder.update(job_id, None)
                 continue
-            held = job_id in ctx.backoff and ctx.backoff[job_id][0] > now
+            held = (job_id in ctx.backoff and ctx.backoff[job_id][0] > now) or job_id in gated
             tenant = self._names.get(row.tenant_id, f"tenant-{row.tenant_id}")
             self.builder.update(job_id, JobInputs(row, manifest, tenant, ctx.pending.get(job_id),
                                                   ctx.runs.get(job_id), held))
@@ -512,6 +520,8 @@ class ControlLoop:
         rows = ctx.table.rows
         changed = [{"jid": w.job_id, "reason": str(w.reason)} for w in plan.waits
                    if (row := rows.get(w.job_id)) is not None and row.wait_reason != w.reason]
+        changed += [{"jid": job_id, "reason": reason} for job_id, reason in self.gates.held.items()
+                    if (row := rows.get(job_id)) is not None and row.wait_reason != reason]
         if not self._degraded:
             ctx.report.events += len(events)
 
@@ -551,6 +561,8 @@ class ControlLoop:
         ctx = self.ctx
         starting = tuple((j, self._tenant_of(j), STARTING) for j, p in ctx.pending.items() if not p.relaunch)
         backing = tuple((j, self._tenant_of(j), LAUNCH_FAILED) for j in ctx.backoff if j in ctx.table.rows)
+        backing += tuple((j, self._tenant_of(j), reason) for j, reason in self.gates.held.items()
+                         if j in ctx.table.rows and j not in ctx.backoff)
         self._queue = QueueView(ctx.clock(), starting, backing, snap, partial(self._all_waits, snap))
         if self.estimator is not None:
             # The queue's members changed (jobs queued, started, rejected or gone): the estimates are stale.

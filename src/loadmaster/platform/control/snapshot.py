@@ -35,6 +35,7 @@ import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
+from loadmaster.platform.admission import type_speed
 from loadmaster.platform.control.allocation import to_allocation
 from loadmaster.platform.control.state import PendingStart, Phase, RunState
 from loadmaster.platform.control.table import JobRow
@@ -233,7 +234,8 @@ class SnapshotBuilder:
         spec = JobSpec(job_id=row.id, tenant=tenant, submit_time_s=row.submitted_at, learners=learners,
                        gpus_per_learner=res.gpus, duration_s=duration, cpus_per_learner=res.cpus,
                        mem_gb_per_learner=res.memory_gb, priority=row.priority, min_learners=low,
-                       max_learners=high, placement=placer_name(manifest))
+                       max_learners=high, placement=placer_name(manifest),
+                       type_speed=type_speed(manifest, self.cluster))
         self._specs[row.id] = (key, spec)
         return spec
 

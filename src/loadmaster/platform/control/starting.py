@@ -20,6 +20,7 @@ from sqlalchemy import func, select
 from sqlalchemy.orm import Session
 
 from loadmaster.core.job import Allocation, JobStatus
+from loadmaster.platform import code
 from loadmaster.platform.control.allocation import (
     HeldGpus,
     NoPort,
@@ -36,6 +37,7 @@ from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Attempt
 from loadmaster.platform.tenancy import prepare_job_dirs
+from loadmaster.runtime import env as contract
 
 log = logging.getLogger("loadmaster.control")
 
@@ -59,17 +61,29 @@ def attempt_spec(ctx: Context, job_id: str, attempt: int, manifest: JobManifest,
                  master_port: int) -> AttemptSpec:
     dirs = ctx.dirs
     t = ctx.tenancy(job_id)
+    code_dir = dirs.code(job_id, attempt) if manifest.code else None
+    if code_dir is not None:  # the package's copy for this attempt; workdir is a directory inside it
+        workdir = str(code_dir / (manifest.workdir or "."))
+    else:  # without a workdir a job runs in its own directory, never in the server's
+        workdir = t.paths.workdir if t.paths is not None else str(dirs.work(job_id))
     return AttemptSpec(
-        job_id=job_id, attempt=attempt, command=manifest.argv,
-        # Without a workdir a job runs in its own directory, never in the server's.
-        workdir=t.paths.workdir if t.paths is not None else str(dirs.work(job_id)),
-        env=dict(manifest.env), learners=learners, master_port=master_port,
+        job_id=job_id, attempt=attempt, command=manifest.argv, workdir=workdir,
+        code_archive=str(code.archive_path(dirs.root, manifest.code)) if manifest.code else None,
+        code_dir=str(code_dir) if code_dir is not None else None,
+        env=dict(manifest.env) | array_env(manifest), learners=learners, master_port=master_port,
         checkpoint_dir=str(dirs.checkpoints(job_id)), results_dir=str(dirs.results(job_id)),
         log_dir=str(dirs.logs(job_id, attempt)), report_dir=str(dirs.reports(job_id, attempt)),
         data_dir=str(dirs.data(job_id)) if manifest.data else None, stop_grace_s=manifest.stop_grace_s,
         run_as=None if t.run_as is None else (t.run_as.uid, t.run_as.gid), binds=t.binds(), refusal=t.problem,
         home=str(t.area.home),
     )
+
+
+def array_env(manifest: JobManifest) -> dict[str, str]:
+    """An array task's index and array id, for every learner (none for other jobs)."""
+    if manifest.array_index is None or manifest.array_job is None:
+        return {}
+    return {contract.ARRAY_INDEX: str(manifest.array_index), contract.ARRAY_JOB_ID: manifest.array_job}
 
 
 def prior_runtime(s: Session, job_id: str) -> float:

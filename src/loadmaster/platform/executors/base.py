@@ -61,6 +61,10 @@ class AttemptSpec:
     report_dir: str
     data_dir: str | None = None
     stop_grace_s: float | None = None  # the manifest's; None: the grace the caller of stop() gives
+    # The job's code package and where this attempt unpacks it (workdir lies inside): the launcher unpacks
+    # it before the executor starts the gang (platform/code.py).
+    code_archive: str | None = None
+    code_dir: str | None = None
     # Isolation (platform/tenancy.py): the (uid, gid) the learners run as when the server runs as root (None:
     # the server's own); the directories beside the job's own a sandbox shows, (path, writable); why the job
     # may not run at all (its paths are refused now: a failed launch, the user's input); the tenant's area.

@@ -111,5 +111,7 @@ def confined_argv(bwrap: str | None, spec: AttemptSpec, run_as: tuple[int, int] 
     own = [spec.checkpoint_dir, spec.results_dir, spec.report_dir, os.path.join(job, "work")]
     if spec.data_dir is not None:
         own.append(spec.data_dir)
+    if spec.code_dir is not None:  # the attempt's copy of the uploaded code (its workdir lies inside)
+        own.append(spec.code_dir)
     box = bwrap_argv(bwrap, spec, spec.workdir, [d for d in own if os.path.isdir(d)], run_as)
     return ("env", "--ignore-signal=TERM", *box, "env", "--default-signal=TERM", *spec.command)

@@ -142,6 +142,8 @@ class Attempt(Base):
     failure_category: Mapped[str | None] = mapped_column(String(32), nullable=True)
     retry_decision: Mapped[str | None] = mapped_column(Text, nullable=True)
     log_dir: Mapped[str] = mapped_column(Text)
+    # A preempted attempt's seconds after the job's last checkpoint: the work its next attempt redoes.
+    lost_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),
                       Index("ix_attempts_open", "job_id", sqlite_where=text("ended_at IS NULL"),

@@ -5,6 +5,7 @@
 (() => {
   const TOKEN_KEY = "loadmaster.token";
   const LOG_LINES_KEPT = 2000;
+  const USAGE_REFRESH_MS = 30000;
   const ACTIVE = new Set(["QUEUED", "DOWNLOADING", "PROCESSING", "STORING", "HALTED"]);
   const TERMINAL = new Set(["COMPLETED", "FAILED", "CANCELLED"]);
 
@@ -24,6 +25,8 @@
     queue: () => `${API}/queue`,
     cluster: () => `${API}/cluster`,
     tenants: () => `${API}/tenants`,
+    usage: (q) => `${API}/usage?${new URLSearchParams(q)}`,
+    timeline: (q) => `${API}/usage/timeline?${new URLSearchParams(q)}`,
   };
 
   class ApiError extends Error {
@@ -125,11 +128,14 @@
 
   function fmtEstimate(t, waitReason) {
     if (t === null || t === undefined) {
-      return waitReason === "not_yet_considered" ? "not estimated yet" : "beyond the estimate horizon";
+      return HELD[waitReason] || (waitReason === "not_yet_considered" ? "not estimated yet" : "beyond the estimate horizon");
     }
     const delta = t - Date.now() / 1000;
     return delta <= 1 ? `now (${fmtTime(t)})` : `in ${fmtSpan(delta)} (${fmtTime(t)})`;
   }
+
+  // Jobs the scheduler does not see yet (control/gates.py): no estimate, but a reason.
+  const HELD = { dependency: "once its dependencies allow", array_limit: "when a task of its array ends" };
 
   const humanise = (reason) => (reason ? String(reason).replaceAll("_", " ") : "—");
   const statusBadge = (status) => el("span", { class: `status ${status}` }, status);
@@ -142,6 +148,8 @@
     refreshMs: Math.min(60000, Math.max(500, Number(params.get("refresh")) || 3000)),
     timer: null,
     refreshing: false,
+    usageAt: 0, // when the usage panel was last read (ms)
+    usageDirty: true, // its window or grouping changed since
     selected: null, // job id in the detail view
     log: null, // the log stream followed: {abort: AbortController, key: "job/attempt/rank", allRanks, ended}
     rendered: {}, // part -> the JSON it was last rendered from
@@ -196,6 +204,7 @@
     sessionStorage.removeItem(TOKEN_KEY);
     state.token = null;
     state.me = null;
+    state.usageDirty = true; // the next token's usage is read at once
     history.replaceState(null, "", location.pathname + location.search);
     showLogin("");
   }
@@ -221,6 +230,12 @@
     state.refreshing = true;
     try {
       const wanted = [api("GET", ROUTES.cluster()), api("GET", ROUTES.queue()), api("GET", ROUTES.jobs(jobsQuery()))];
+      // Usage reads every attempt of the window from the store: asked every 30 s, or at once when its
+      // window or grouping changes, not at every refresh.
+      const usageDue = state.usageDirty || Date.now() - state.usageAt >= USAGE_REFRESH_MS;
+      const since = Date.now() / 1000 - Number($("usage-window").value);
+      wanted.push(usageDue ? api("GET", ROUTES.usage({ since, by: $("usage-by").value })) : Promise.resolve(null));
+      wanted.push(usageDue ? api("GET", ROUTES.timeline({ since })) : Promise.resolve(null));
       if (state.me && state.me.admin) wanted.push(api("GET", ROUTES.tenants()));
       const results = await Promise.allSettled(wanted);
       const failure = results.find((r) => r.status === "rejected");
@@ -229,7 +244,14 @@
         showLogin("The server no longer accepts this token (401). Sign in again.");
         return;
       }
-      const [cluster, queue, jobs, tenants] = results.map((r) => (r.status === "fulfilled" ? r.value : null));
+      const [cluster, queue, jobs, usage, timeline, tenants] =
+        results.map((r) => (r.status === "fulfilled" ? r.value : null));
+      if (usage && timeline) {
+        state.usageAt = Date.now();
+        state.usageDirty = false;
+      }
+      renderChanged("usage", usage, renderUsage);
+      renderChanged("timeline", timeline, renderTimeline);
       renderChanged("cluster", cluster, renderCluster);
       renderChanged("queue", queue, renderQueue, true);
       renderChanged("jobs", jobs, renderJobs);
@@ -429,6 +451,40 @@
     await refresh();
   }
 
+  // ---- usage (GET /usage: GPU-hours from the store; /usage/timeline: busy GPUs over time) --------------------
+  const fmtHours = (h) => h.toFixed(2);
+
+  function renderUsage(payload) {
+    const by = payload.by;
+    $("usage-key").textContent = { day: "Day (UTC)", tenant: "Tenant", job: "Job" }[by] || by;
+    const row = (r, total) => el("tr", { "data-key": r.key, class: total ? "total" : null },
+      el("td", { class: by === "job" && !total ? "mono" : null }, by === "job" && !total ?
+        el("a", { href: `#job=${r.key}`, class: "job-link" }, r.key) : r.key, r.name ? ` ${r.name}` : ""),
+      el("td", {}, fmtHours(r.gpu_hours)),
+      el("td", {}, fmtHours(r.failed_gpu_hours)),
+      el("td", {}, fmtHours(r.preempted_gpu_hours)),
+      el("td", {}, fmtHours(r.lost_gpu_hours)),
+      el("td", {}, r.attempts),
+      el("td", {}, r.jobs));
+    const rows = payload.rows.map((r) => row(r, false));
+    if (rows.length) rows.push(row(payload.total, true));
+    fillTable($("usage"), rows, "No GPU was used in this window.", 7);
+    $("usage-summary").textContent = `${fmtHours(payload.total.gpu_hours)} GPU-hours` +
+      (payload.tenant ? ` · tenant ${payload.tenant}` : "");
+  }
+
+  // Busy GPUs as a share of the cluster's, one point per step of the window.
+  function renderTimeline(payload) {
+    const total = Math.max(1, payload.total_gpus);
+    const points = payload.busy_gpus.map((busy, i) => ({ x: payload.since + (i + 0.5) * payload.step_s, y: 100 * busy / total, attempt: 0 }));
+    const canvas = $("utilisation");
+    canvas.dataset.points = String(points.length);
+    canvas.dataset.peak = String(points.reduce((m, p) => Math.max(m, p.y), 0));
+    plot(canvas, points, { x: fmtTime, y: (y) => `${fmtNum(y)}%`, range: [0, 100] });
+    const mean = points.length ? points.reduce((a, p) => a + p.y, 0) / points.length : 0;
+    $("utilisation-title").textContent = `GPU utilisation · mean ${fmtNum(mean)}% of ${payload.total_gpus} GPUs`;
+  }
+
   // ---- tenants (admin) -------------------------------------------------------------------------------------
   function renderTenants(payload) {
     const rows = (payload.tenants || []).map((t) => el("tr", { "data-tenant": t.name },
@@ -565,8 +621,10 @@
     }));
   }
 
-  // A line chart on a canvas: step on x, the metric on y; a dashed line where an attempt resumed.
-  function plot(canvas, points) {
+  // A line chart on a canvas: step on x, the metric on y; a dashed line where an attempt resumed. `axes` may
+  // give the labels' formats (x, y) and a fixed y range.
+  function plot(canvas, points, axes = {}) {
+    const fx = axes.x || ((x) => `step ${fmtNum(x)}`), fy = axes.y || fmtNum;
     const ctx = canvas.getContext("2d");
     const w = canvas.width, h = canvas.height, left = 44, bottom = 18, top = 6, right = 8;
     ctx.clearRect(0, 0, w, h);
@@ -575,7 +633,7 @@
     const shown = points.filter((_, i) => i % step === 0 || i === points.length - 1);
     const xs = shown.map((p) => p.x), ys = shown.map((p) => p.y);
     const [x0, x1] = [Math.min(...xs), Math.max(...xs)];
-    let [y0, y1] = [Math.min(...ys), Math.max(...ys)];
+    let [y0, y1] = axes.range || [Math.min(...ys), Math.max(...ys)];
     if (y0 === y1) { y0 -= 1; y1 += 1; }
     const px = (x) => left + (x1 === x0 ? 0.5 : (x - x0) / (x1 - x0)) * (w - left - right);
     const py = (y) => top + (1 - (y - y0) / (y1 - y0)) * (h - top - bottom);
@@ -583,10 +641,11 @@
     ctx.strokeRect(left, top, w - left - right, h - top - bottom);
     ctx.fillStyle = "#6b7280";
     ctx.font = "10px system-ui, sans-serif";
-    ctx.fillText(fmtNum(y1), 2, top + 8);
-    ctx.fillText(fmtNum(y0), 2, h - bottom);
-    ctx.fillText(`step ${fmtNum(x0)}`, left, h - 4);
-    ctx.fillText(fmtNum(x1), w - right - 30, h - 4);
+    ctx.fillText(fy(y1), 2, top + 8);
+    ctx.fillText(fy(y0), 2, h - bottom);
+    ctx.fillText(fx(x0), left, h - 4);
+    const last = axes.x ? fx(x1) : fmtNum(x1);
+    ctx.fillText(last, w - right - ctx.measureText(last).width, h - 4);
     ctx.setLineDash([3, 3]);
     for (let i = 1; i < shown.length; i++) {
       if (shown[i].attempt !== shown[i - 1].attempt) {
@@ -845,6 +904,10 @@
     $("submit-form").addEventListener("submit", submitManifest);
     $("job-filters").addEventListener("submit", (event) => event.preventDefault());
     $("filter-status").addEventListener("change", setFilters);
+    $("usage-filters").addEventListener("submit", (event) => event.preventDefault());
+    for (const id of ["usage-window", "usage-by"]) {
+      $(id).addEventListener("change", () => { state.usageDirty = true; refresh(); });
+    }
     for (const id of ["filter-name", "filter-tenant"]) {
       let timer = null;
       $(id).addEventListener("input", () => { // typing settles before the listing is asked again
