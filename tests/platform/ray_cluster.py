@@ -128,7 +128,9 @@ class Server:
     def __init__(self, cluster: RayCluster, data_dir: Path, *args: str) -> None:
         self.env = {**cluster.env, "LOADMASTER_ADMIN_TOKEN": ADMIN}
         argv = [sys.executable, "-m", "loadmaster.cli.main", "server", "--executor", "ray", "--port", "0",
-                "--data-dir", str(data_dir), "--tick", "0.2", "--grace", "5", *args]
+                "--data-dir", str(data_dir), "--tick", "0.2", "--grace", "5",
+                # Ray's learners are not confined (docs/platform.md, Security): one tenant, the server's user.
+                "--sandbox", "none", "--no-tenant-users", "--insecure-shared-user", *args]
         self.log = data_dir.with_suffix(".server.log")
         self._out = open(self.log, "ab")  # noqa: SIM115 - the child writes it for its whole life
         self._from = self.log.stat().st_size  # a restarted server appends: read only its own lines

@@ -473,3 +473,42 @@ def test_a_log_stream_ends_when_its_token_is_revoked(sqlite_live: Live) -> None:
             assert revoked_at is None or time.monotonic() - revoked_at < 10, "the stream outlived the revoke"
     assert kinds[-1] == "revoked" and "end" not in kinds
     assert revoked_at is not None and time.monotonic() - revoked_at < 5
+
+
+@needs_root_and_bwrap
+def test_an_uploaded_package_is_the_tenants_own_copy_inside_the_sandbox(area: tuple[Path, Path]) -> None:
+    """Code upload under confinement: the server unpacks the package (where the learner cannot plant links)
+    and hands the copy to the tenant's user, and the sandbox shows it read-write."""
+    from loadmaster.platform.code import pack
+    from tests.platform.api_fixtures import start_platform
+
+    data, scripts = area
+    project = scripts.parent / "project"
+    (project / "pkg").mkdir(parents=True)
+    (project / "pkg" / "input.txt").write_text("from the package\n")
+    package = pack(project, 1 << 20)
+    live = start_platform(f"sqlite:///{data / 'loadmaster.db'}", data, sandbox="auto", tenant_users=True,
+                          insecure_shared_user=False)
+    try:
+        with live.client(live.admin_token) as admin:
+            token = admin.post("/api/v1/tenants", json={"name": "coder", "gpus": 1}).json()["token"]
+        with live.client(token) as c:
+            assert c.post("/api/v1/code", content=package.archive,
+                          headers={"content-type": "application/octet-stream"}).status_code == 201
+            r = c.post("/api/v1/jobs", json={
+                "name": "coded", "resources": {"gpus": 1}, "code": package.digest, "workdir": "pkg",
+                "command": "cat input.txt > $LOADMASTER_RESULTS_DIR/read; echo changed > input.txt; "
+                           "id -u > $LOADMASTER_RESULTS_DIR/uid; pwd > $LOADMASTER_RESULTS_DIR/pwd"})
+            assert r.status_code == 201, r.text
+            done = live.wait(token, r.json()["id"], "COMPLETED", "FAILED")
+        assert done["status"] == "COMPLETED", done["history"]
+        results = data / "jobs" / done["id"] / "results"
+        assert (results / "read").read_text() == "from the package\n"
+        uid = int((results / "uid").read_text())
+        assert uid >= 200_000
+        copy = data / "jobs" / done["id"] / "attempt-1" / "code"
+        assert (results / "pwd").read_text().strip() == str(copy / "pkg")
+        assert copy.stat().st_uid == uid and (copy / "pkg" / "input.txt").stat().st_uid == uid
+        assert (copy / "pkg" / "input.txt").read_text() == "changed\n"
+    finally:
+        live.platform.shutdown()
