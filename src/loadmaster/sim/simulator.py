@@ -34,6 +34,9 @@ class SimConfig:
     restart_overhead_s: float = 30.0  # paid each time a job (re)starts after a preemption
     until_s: float | None = None  # stop the clock here; jobs still in the system count as unfinished
     seed: int = 0
+    # Defragment: decide() may move smaller running jobs so a gang waiting on fragmentation fits; a move costs
+    # the restart overhead and the work since the last checkpoint, like a preemption without the queue.
+    migrate: bool = False
 
 
 @dataclass
@@ -106,7 +109,7 @@ class _Run:
         self.running: dict[str, _Live] = {}
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
         # policy's order between decisions), the running jobs in a dict (a snapshot copies them).
-        self.session = Session(sim.policy, sim.placer)
+        self.session = Session(sim.policy, sim.placer, sim.config.migrate)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         self.tenant_gpus: dict[str, int] = {}
@@ -124,6 +127,7 @@ class _Run:
         self.contention_integral = 0.0  # integral over time of jobs in the system (queued + running)
         self.preemptions = 0
         self.resizes = 0
+        self.migrations = 0
         self.decisions = 0
         self.snap = Snapshot.idle(0.0, sim.cluster)  # the last decision's input (placer_wake reads it)
         self.finished = 0
@@ -181,15 +185,20 @@ class _Run:
         self.close_unfinished()
         if self.progress is not None:
             self.progress(self.clock, self.finished)
-        return SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
-                         self.preemptions, self.decisions, self.resizes, self.sim.tenants)
+        result = SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
+                           self.preemptions, self.decisions, self.resizes, self.sim.tenants)
+        if self.sim.config.migrate:  # only then: a run without it writes exactly what it wrote before
+            result.mode_metrics["migrations"] = self.migrations
+            result.mode_metrics["gpu_hours_lost_to_migration"] = sum(r.gpu_s_lost_migrating
+                                                                     for r in self.records) / 3600
+        return result
 
     def quiet_until(self, plan: Plan) -> float:
         """After a decision, until when timer rounds are known to change nothing: a plan that changed
         nothing (no action, no reason) is repeated by every round until time alone can change an answer:
         a queued job's order (the Session's next_change_s) or whom the policy lets displace whom
         (Policy.next_change_s). After any other plan the next round is made."""
-        if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.waits:
+        if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.waits or plan.migrations:
             return -math.inf
         if self.sim.placer.time_dependent_key:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
@@ -274,6 +283,13 @@ class _Run:
             self.preempt(self.running[p.job_id])
         for z in plan.resizes:
             self.resize(self.running[z.job_id], z.allocation)
+        # Every move stops before any restarts: one job's new servers may be what another left.
+        moving = [(self.running[m.job_id], m.allocation, self.checkpoint(self.running[m.job_id]))
+                  for m in plan.migrations]
+        for live, _, _ in moving:
+            self.stop_running(live)
+        for live, alloc, (kept, attained) in moving:
+            self.migrate(live, alloc, kept, attained)
         for r in plan.rejects:
             live = self.dequeue(r.job_id)
             live.record.reject_reason = r.reason
@@ -383,14 +399,35 @@ class _Run:
         live.reason_since = self.clock
         self.enqueue(live)
 
-    def preempt(self, live: _Live) -> None:
+    def checkpoint(self, live: _Live) -> tuple[float, float]:
+        """(work kept, attained service) of a running job stopped now: its work as of its last checkpoint.
+        Books the GPU time of the work thrown away."""
         view = live.view
         assert view.allocation is not None
-        attained = view.attained_at(self.clock)
-        work = self.stop_running(live)
+        work = view.work_at(self.clock)
         ckpt = self.sim.config.checkpoint_interval_s
         kept = math.floor(work / ckpt) * ckpt if ckpt > 0 else 0.0
         live.record.gpu_s_lost += (work - kept) / max(view.rate, 1e-12) * view.allocation.gpus
+        return kept, view.attained_at(self.clock)
+
+    def migrate(self, live: _Live, alloc: Allocation, kept: float, attained: float) -> None:
+        """Restart a stopped job at once on `alloc`: it keeps its attempt and its place, it pays the restart
+        overhead and loses the work since its last checkpoint (checkpoint() booked it)."""
+        view = live.view
+        lost = view.work_at(self.clock) - kept
+        assert view.allocation is not None
+        live.record.gpu_s_lost_migrating += lost / max(view.rate, 1e-12) * view.allocation.gpus
+        live.record.migrations += 1
+        self.migrations += 1
+        live.view = JobView(view.spec, view.queued_since, view.attempt, None, kept, 0.0, self.clock, attained,
+                            view.preemptions, None)
+        self.launch(live, alloc, self.sim.config.restart_overhead_s)
+
+    def preempt(self, live: _Live) -> None:
+        view = live.view
+        assert view.allocation is not None
+        kept, attained = self.checkpoint(live)
+        self.stop_running(live)
         live.record.preemptions += 1
         self.preemptions += 1
         self.requeue(live, kept, attained, view.preemptions + 1)
