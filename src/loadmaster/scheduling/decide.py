@@ -342,10 +342,11 @@ class _Round:
         return out
 
     def _rehome(self, released: list[JobView], job_id: str) -> list[Migrate] | None:
-        """Put each released job back where it was if that is still free, else elsewhere on servers of its
-        GPU type (the placer's choice); the moves, or None (capacity then holds some of them) if one fits
-        nowhere."""
+        """Put each released job back where it was if that is still free, else elsewhere (the placer's
+        choice): on the GPU types its policy prefers for it, or its own type first and then any other; the
+        moves, or None (capacity then holds some of them) if one fits nowhere."""
         moves: list[Migrate] = []
+        types = self.snap.cluster.gpu_types
         for view in sorted(released, key=lambda v: -v.spec.gpus):
             alloc = view.allocation
             assert alloc is not None
@@ -354,8 +355,11 @@ class _Round:
                 continue
             except ValueError:
                 pass
-            same_type = (self.snap.cluster.nodes[alloc.learner_nodes[0]].gpu_type,)
-            moved = self.placer.place(view, alloc.learners, self.free, self.snap, same_type)
+            prefer = self.policy.type_preference(self.snap, view)
+            if prefer is None:
+                own = self.snap.cluster.nodes[alloc.learner_nodes[0]].gpu_type
+                prefer = (own, *(t for t in types if t != own))
+            moved = self.placer.place(view, alloc.learners, self.free, self.snap, prefer)
             if not isinstance(moved, Allocation):
                 return None
             self.free.take(moved)
