@@ -192,6 +192,8 @@ def test_compare_with_and_without_migration(tmp_path: Path) -> None:
         (["trace", "synth", "--quotas-out", "q.yaml", "--out", "x.csv"], "--vcs"),
         (["sim", "run", "--migrate", "maybe"], "--migrate"),
         (["sim", "run", "--migrate", "on", "--gang", "off"], "--migrate"),
+        (["sim", "run", "--smoke-test", "60", "--gang", "off"], "--smoke-test"),
+        (["sim", "run", "--smoke-test", "-5"], "--smoke-test"),
     ],
 )
 def test_bad_vcs_and_migrate_input_is_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:

@@ -49,6 +49,9 @@ GANG_HELP = ("on: gang scheduling (a job's learners start together or not at all
 MIGRATE_HELP = ("on: defragment: when a gang waits on fragmentation (or for locality), move up to 8 smaller running "
                 "jobs to other servers so it fits; a move costs the restart overhead and the work since the last "
                 "checkpoint. off: never move a running job.")
+SmokeOpt = Annotated[float, typer.Option("--smoke-test", min=0, help="Seconds each attempt of a multi-GPU job first "
+                                       "runs on one GPU before its gang is placed; an attempt that ends within "
+                                       "them (most failures come early) costs one GPU, not the gang (0: off).")]
 TIMEOUT_HELP = ("With --gang off: seconds after its first learner is bound that a still-partial job gives its "
                 "learners back and requeues, or 'never'.")
 
@@ -88,6 +91,9 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
             "gpu_hours_failed_attempts", "wall_time_s"]
     if any("migrations" in run.summary for run in runs):
         keys += ["migrations", "gpu_hours_lost_to_migration"]
+    if any("smoke_tests" in run.summary for run in runs):
+        keys += ["smoke_tests", "failures_caught_by_smoke_test", "gpu_hours_smoke_tests",
+                 "gpu_hours_failures_caught_would_have_held"]
     if any(not run.summary.get("gang", True) for run in runs):
         keys += ["deadlocked_jobs", "gpu_hours_held_by_partial_gangs", "partial_gang_timeouts"]
     for k in keys:
@@ -102,12 +108,12 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
 
 def _options(policy: str, placement: str, retry: RetryPolicy, max_attempts: int, seed: int,
              quotas: Path | None, until: float | None, ckpt: float, restart: float, gang: bool = True,
-             partial_timeout: float | None = None, migrate: bool = False) -> RunOptions:
+             partial_timeout: float | None = None, migrate: bool = False, smoke_test: float = 0.0) -> RunOptions:
     return RunOptions(
         policy=policy, placement=placement, retry=retry, max_attempts=max_attempts, seed=seed,
         checkpoint_interval_s=ckpt, restart_overhead_s=restart, until_s=until,
         quotas=load_quota_file(quotas) if quotas else None, gang=gang, partial_timeout_s=partial_timeout,
-        migrate=migrate,
+        migrate=migrate, smoke_test_s=smoke_test,
     )
 
 
@@ -158,6 +164,7 @@ def run(
     gang: Annotated[str, typer.Option("--gang", help=GANG_HELP)] = "on",
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help=TIMEOUT_HELP)] = "never",
     migrate: Annotated[str, typer.Option("--migrate", help=MIGRATE_HELP)] = "off",
+    smoke_test: SmokeOpt = 0.0,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
@@ -169,12 +176,14 @@ def run(
         raise ValueError("--gang/--partial-timeout/--migrate: one value each for sim run (lists are for sim compare)")
     [(gang_on, timeout, suffix)] = _modes(gang, partial_timeout)
     [(migrate_on, moved)] = _migrate_modes(migrate, [(gang_on, timeout, suffix)])
+    if smoke_test and not gang_on:
+        raise ValueError("--smoke-test: applies to gang scheduling only (drop --gang off)")
     suffix += moved
     if not gang_on:
         check_supported(make_policy(policy), make_placer(placement))
     workload, clu = _inputs(trace, fmt, cluster)
     opts = _options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
-                    restart_overhead, gang_on, timeout, migrate_on)
+                    restart_overhead, gang_on, timeout, migrate_on, smoke_test)
     horizon = workload.jobs[-1].submit_time_s
     bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
     try:
@@ -211,6 +220,7 @@ def compare(
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help="Comma-separated. " + TIMEOUT_HELP)
                                ] = "never",
     migrate: Annotated[str, typer.Option("--migrate", help="Comma-separated: off, on. " + MIGRATE_HELP)] = "off",
+    smoke_test: SmokeOpt = 0.0,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
@@ -227,6 +237,8 @@ def compare(
     plots = _plot_format(plots, no_plots)
     modes = _modes(gang, partial_timeout)
     moves = _migrate_modes(migrate, modes)
+    if smoke_test and not all(on for on, _, _ in modes):
+        raise ValueError("--smoke-test: applies to gang scheduling only (drop --gang off)")
     if not all(on for on, _, _ in modes):
         for pol in policies:
             for pl in placements:
@@ -239,7 +251,7 @@ def compare(
                 for (gang_on, timeout, suffix), (migrate_on, moved) in itertools.product(modes, moves):
                     label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "") + suffix + moved
                     opts = _options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
-                                    restart_overhead, gang_on, timeout, migrate_on)
+                                    restart_overhead, gang_on, timeout, migrate_on, smoke_test)
                     bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
                     try:
                         runs.append(simulate(workload, clu, opts, bar, label=label))
