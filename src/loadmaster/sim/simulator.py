@@ -398,8 +398,9 @@ class _Run:
         target = live.attempts.runtimes[live.attempt_idx]
         if live.smoking:
             # Whether the job crashes is a matter of time, not speed: a smoke test (re)starts from scratch and
-            # lasts its length, or until the attempt ends if that comes first.
-            end = begins + min(target, self.sim.config.smoke_test_s)
+            # lasts its length, or until the attempt fails if that comes first.
+            end = begins + (min(target, self.sim.config.smoke_test_s) if self.fails(live)
+                            else self.sim.config.smoke_test_s)
         else:
             end = begins + max(0.0, target - live.view.work_done_s) / rate
         live.token += 1
@@ -467,6 +468,10 @@ class _Run:
         self.preemptions += 1
         self.requeue(live, kept, attained, view.preemptions + 1)
 
+    def fails(self, live: _Live) -> bool:
+        """Whether the current attempt ends in failure (not the last one, or the last one failing)."""
+        return live.attempt_idx < live.attempts.attempts - 1 or live.attempts.outcome is JobStatus.FAILED
+
     def smoke_first(self, live: _Live) -> None:
         """With smoke tests on, a multi-GPU job's new attempt queues as its one-GPU smoke test."""
         spec = live.record.spec
@@ -483,8 +488,9 @@ class _Run:
         if live.smoking:
             self.smoke.gpu_s += live.attempt_gpu_s
             self.smoke.runs += 1
-            if live.attempts.runtimes[live.attempt_idx] > self.sim.config.smoke_test_s:
-                # It survived the test: the attempt proper queues for its whole gang, from scratch.
+            if live.attempts.runtimes[live.attempt_idx] > self.sim.config.smoke_test_s or not self.fails(live):
+                # It survived the test (an attempt that succeeds, however short, is not ended by it: it ran on
+                # one GPU only as a test): the attempt proper queues for its whole gang, from scratch.
                 live.smoking = False
                 live.attempt_gpu_s = 0.0
                 live.view = replace(view, spec=live.record.spec)
