@@ -183,6 +183,11 @@ def test_compare_with_and_without_migration(tmp_path: Path) -> None:
     assert set(runs) == {"fifo/pack", "fifo/pack/migrate"}
     assert "migrations" not in runs["fifo/pack"] and runs["fifo/pack/migrate"]["migrations"] >= 0
     assert (runs["fifo/pack/migrate"]["fragmentation_delay_s"] <= runs["fifo/pack"]["fragmentation_delay_s"])
+    # The table too, where only some runs have the migration and smoke-test keys.
+    code, out = invoke("sim", "compare", "--trace", str(w), "--cluster", "8x8", "--policy", "fifo", "--migrate",
+                       "off,on", "--smoke-test", "60", "--no-plots", "--out", str(tmp_path / "table"))
+    assert code == 0, out
+    assert "migrations" in out and "smoke_tests" in out
 
 
 @pytest.mark.parametrize(

@@ -100,6 +100,9 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
         cells = []
         for run in runs:
             v = run.summary.get(k, "")
+            if isinstance(v, str):  # a key only some runs have (migrations, smoke tests)
+                cells.append(v)
+                continue
             cells.append(f"{v:,.3f}" if isinstance(v, float) and abs(v) < 100 else
                          f"{v:,.0f}" if isinstance(v, float) else f"{v:,}")
         table.add_row(k, *cells)
