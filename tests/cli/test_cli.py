@@ -159,3 +159,49 @@ def test_the_installed_command_runs_as_a_process(tmp_path: Path) -> None:
                            "--out", str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr
     assert json.loads(proc.stdout)["jobs"] == 1000
+
+
+def test_synth_vcs_writes_quotas_that_sim_run_reads(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    code, out = invoke("trace", "synth", "--jobs", "400", "--cluster", "16x8", "--load", "1.0", "--vcs",
+                       "--seed", "2", "--out", str(w))
+    assert code == 0, out
+    quotas = tmp_path / "w.quotas.yaml"
+    assert quotas.exists() and "borrow_limit: 0" in quotas.read_text()
+    summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "16x8", "--quotas", str(quotas),
+                          "--policy", "fair", "--no-plots", "--out", str(tmp_path / "run"))
+    assert summary["jobs"] == 400 and summary["rejected"] == 0 and summary["fair_share_delay_s"] > 0
+
+
+def test_compare_with_and_without_migration(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    assert invoke("trace", "synth", "--jobs", "300", "--cluster", "8x8", "--load", "1.2", "--seed", "1",
+                  "--out", str(w))[0] == 0
+    runs = invoke_json("sim", "compare", "--trace", str(w), "--cluster", "8x8", "--policy", "fifo",
+                       "--migrate", "off,on", "--no-plots", "--out", str(tmp_path / "cmp"))
+    assert isinstance(runs, dict)
+    assert set(runs) == {"fifo/pack", "fifo/pack/migrate"}
+    assert "migrations" not in runs["fifo/pack"] and runs["fifo/pack/migrate"]["migrations"] >= 0
+    assert (runs["fifo/pack/migrate"]["fragmentation_delay_s"] <= runs["fifo/pack"]["fragmentation_delay_s"])
+    # The table too, where only some runs have the migration and smoke-test keys.
+    code, out = invoke("sim", "compare", "--trace", str(w), "--cluster", "8x8", "--policy", "fifo", "--migrate",
+                       "off,on", "--smoke-test", "60", "--no-plots", "--out", str(tmp_path / "table"))
+    assert code == 0, out
+    assert "migrations" in out and "smoke_tests" in out
+
+
+@pytest.mark.parametrize(
+    ("args", "expected"),
+    [
+        (["trace", "synth", "--vcs", "--out", "x.csv"], "--vcs"),
+        (["trace", "synth", "--quotas-out", "q.yaml", "--out", "x.csv"], "--vcs"),
+        (["sim", "run", "--migrate", "maybe"], "--migrate"),
+        (["sim", "run", "--migrate", "on", "--gang", "off"], "--migrate"),
+        (["sim", "run", "--smoke-test", "60", "--gang", "off"], "--smoke-test"),
+        (["sim", "run", "--smoke-test", "-5"], "--smoke-test"),
+    ],
+)
+def test_bad_vcs_and_migrate_input_is_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:
+    code, out = invoke(*args, *(["--out", str(tmp_path / "o")] if args[1] in ("run", "compare") else []))
+    assert code == 2, out
+    assert expected in out and "Traceback" not in out

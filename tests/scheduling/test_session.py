@@ -19,6 +19,7 @@ from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, WaitReas
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.session import Session
+from loadmaster.scheduling.snapshot import free_after
 
 
 def _spec(rng: random.Random, i: int, clock: float) -> JobSpec:
@@ -43,13 +44,13 @@ def _waits(plan: Plan) -> dict[str, WaitReason]:
     return {w.job_id: w.reason for w in plan.waits}
 
 
-def _check(seed: int, policy: str, placement: str, steps: int = 25) -> None:
+def _check(seed: int, policy: str, placement: str, steps: int = 25, migrate: bool = False) -> None:
     rng = random.Random(seed)
     cluster = _cluster(rng)
     tenants = {t: TenantQuota(t, rng.randint(0, 8), rng.choice([None, 0, 4])) for t in "ABC"}
     pol_session, pol_full = make_policy(policy), make_policy(policy)
     placer_session, placer_full = make_placer(placement), make_placer(placement)
-    session = Session(pol_session, placer_session)
+    session = Session(pol_session, placer_session, migrate)
     queued: dict[str, JobView] = {}
     running: dict[str, JobView] = {}
     last: dict[str, WaitReason] = {}  # the reason each queued job was last given
@@ -64,11 +65,11 @@ def _check(seed: int, policy: str, placement: str, steps: int = 25) -> None:
             session.add(queued[spec.job_id])
         snap = Snapshot.of_running(clock, cluster, tuple(queued.values()), tuple(running.values()), tenants)
         assert set(session.queued_tenants()) == {v.spec.tenant for v in queued.values()}
-        full = decide(snap, pol_full, placer_full)
+        full = decide(snap, pol_full, placer_full, migrate)
         lazy = Snapshot.of_running(clock, cluster, session.queued, tuple(running.values()), tenants)
         plan = session.decide(lazy)
-        assert (plan.starts, plan.preempts, plan.resizes, plan.rejects) == (
-            full.starts, full.preempts, full.resizes, full.rejects)
+        assert (plan.starts, plan.preempts, plan.resizes, plan.rejects, plan.migrations) == (
+            full.starts, full.preempts, full.resizes, full.rejects, full.migrations)
         assert _waits(plan) == {w.job_id: w.reason for w in full.waits if last.get(w.job_id) is not w.reason}
         # Carry the plan out.
         for p in plan.preempts:
@@ -81,6 +82,11 @@ def _check(seed: int, policy: str, placement: str, steps: int = 25) -> None:
             running[z.job_id] = JobView(view.spec, view.queued_since, view.attempt, z.allocation,
                                         view.work_at(clock), 1.0, clock, view.attained_at(clock), view.preemptions,
                                         clock)
+        for m in plan.migrations:
+            view = running[m.job_id]
+            running[m.job_id] = JobView(view.spec, view.queued_since, view.attempt, m.allocation,
+                                        view.work_at(clock) * 0.5, 1.0, clock, view.attained_at(clock),
+                                        view.preemptions, clock)
         for r in plan.rejects:
             del queued[r.job_id]
             session.remove(r.job_id)
@@ -92,6 +98,8 @@ def _check(seed: int, policy: str, placement: str, steps: int = 25) -> None:
             running[s.job_id] = JobView(view.spec, view.queued_since, view.attempt, s.allocation, view.work_done_s,
                                         rng.choice([1.0, 0.5]), clock, view.attained_gpu_s, view.preemptions, clock)
         last.update(_waits(plan))
+        if migrate:
+            assert all(g >= -1e-9 for g in free_after(cluster, running.values())[0])
         for job_id in [j for j in running if rng.random() < 0.3]:  # ends
             del running[job_id]
         if queued and rng.random() < 0.1:  # a queued job is cancelled
@@ -106,6 +114,12 @@ def _check(seed: int, policy: str, placement: str, steps: int = 25) -> None:
 @given(st.integers(0, 10**9), st.sampled_from(sorted(POLICIES)), st.sampled_from(sorted(PLACERS)))
 def test_a_session_gives_decides_plans_and_the_changed_reasons(seed: int, policy: str, placement: str) -> None:
     _check(seed, policy, placement)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from(sorted(POLICIES)), st.sampled_from(["pack", "spread", "locality"]))
+def test_with_migration_too(seed: int, policy: str, placement: str) -> None:
+    _check(seed, policy, placement, migrate=True)
 
 
 @pytest.mark.parametrize("policy", sorted(POLICIES))

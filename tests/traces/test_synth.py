@@ -347,3 +347,53 @@ def test_users_per_vc_are_the_samples_distinct_users() -> None:
     for tenant in PHILLY.tenants:
         if tenant.name in users:
             assert tenant.users == len(users[tenant.name])
+
+
+# --- virtual clusters (vcs=True): queues like Philly -----------------------------------------------
+
+
+def test_vc_quotas_follow_the_published_node_counts_and_fill_the_cluster() -> None:
+    from loadmaster.traces.synth import vc_quotas
+
+    philly = load_cluster("philly")
+    quotas = vc_quotas("philly", philly)
+    assert sum(quotas.values()) == philly.total_gpus == 2490
+    assert set(quotas) == {t.name for t in PHILLY.tenants}
+    # 64-node VCs get eight times an 8-node VC's share (rounding aside).
+    assert quotas["6214e9"] == pytest.approx(8 * quotas["ed69ec"], abs=8)
+    with pytest.raises(ValueError, match="unknown workload profile"):
+        vc_quotas("helios", philly)
+
+
+def test_vc_mode_offers_the_load_on_each_quota_and_keeps_jobs_within_it() -> None:
+    from loadmaster.traces.synth import vc_quotas
+
+    c = load_cluster("32x8")
+    quotas = vc_quotas("philly", c)
+    w = synthesize("philly", 6000, seed=3, cluster=c, load=0.9, vcs=True)
+    assert synthesize("philly", 6000, seed=3, cluster=c, load=0.9, vcs=True).jobs == w.jobs
+    submits = [j.submit_time_s for j in w.jobs]
+    assert submits == sorted(submits)
+    assert all(j.gpus <= quotas[j.tenant] for j in w.jobs)
+    span = submits[-1] - submits[0]
+    offered = sum(j.gpus * (j.duration_s + sum(j.failed_attempts_s)) for j in w.jobs)
+    assert offered / (c.total_gpus * span) == pytest.approx(0.9, rel=0.15)
+    # Per VC: GPU-time offered in proportion to quota (heavy tails: loosely), for the big VCs.
+    by_vc = collections.Counter[str]()
+    for j in w.jobs:
+        by_vc[j.tenant] += j.gpus * (j.duration_s + sum(j.failed_attempts_s))
+    big = [v for v, q in quotas.items() if q >= 16]
+    ratios = [by_vc[v] / quotas[v] for v in big]
+    assert max(ratios) / min(ratios) < 4
+    # Bursts: many jobs share a VC, user and size with the job submitted just before them, within an hour.
+    same = sum(1 for a, b in zip(w.jobs, w.jobs[1:], strict=False)
+               if (a.tenant, a.user, a.gpus) == (b.tenant, b.user, b.gpus) and b.submit_time_s - a.submit_time_s < 3600)
+    plain = synthesize("philly", 6000, seed=3, cluster=c, load=0.9)
+    same_plain = sum(1 for a, b in zip(plain.jobs, plain.jobs[1:], strict=False)
+                     if (a.tenant, a.user, a.gpus) == (b.tenant, b.user, b.gpus))
+    assert same > 2 * same_plain
+
+
+def test_vc_mode_needs_a_cluster_and_a_load() -> None:
+    with pytest.raises(ValueError, match="cluster and load"):
+        synthesize("philly", 100, seed=0, vcs=True)

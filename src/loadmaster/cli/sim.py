@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 from typing import Annotated
 
@@ -45,6 +46,12 @@ RestartOpt = Annotated[float, typer.Option("--restart-overhead", min=0, help="Se
 GANG_HELP = ("on: gang scheduling (a job's learners start together or not at all). off: learner-at-a-time, "
              "like a pod-at-a-time scheduler (FIFO, pack or spread): learners bound so far hold GPUs idle "
              "until the last one fits, and partial gangs can deadlock.")
+MIGRATE_HELP = ("on: defragment: when a gang waits on fragmentation (or for locality), move up to 8 smaller running "
+                "jobs to other servers so it fits; a move costs the restart overhead and the work since the last "
+                "checkpoint. off: never move a running job.")
+SmokeOpt = Annotated[float, typer.Option("--smoke-test", min=0, help="Seconds each attempt of a multi-GPU job first "
+                                       "runs on one GPU before its gang is placed; an attempt that ends within "
+                                       "them (most failures come early) costs one GPU, not the gang (0: off).")]
 TIMEOUT_HELP = ("With --gang off: seconds after its first learner is bound that a still-partial job gives its "
                 "learners back and requeues, or 'never'.")
 
@@ -82,12 +89,20 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
             "makespan_s", "avg_queue_delay_s", "fair_share_delay_s", "fragmentation_delay_s",
             "gpu_utilization", "max_rho", "median_rho", "jain_fairness", "preemptions",
             "gpu_hours_failed_attempts", "wall_time_s"]
+    if any("migrations" in run.summary for run in runs):
+        keys += ["migrations", "gpu_hours_lost_to_migration"]
+    if any("smoke_tests" in run.summary for run in runs):
+        keys += ["smoke_tests", "failures_caught_by_smoke_test", "gpu_hours_smoke_tests",
+                 "gpu_hours_failures_caught_would_have_held"]
     if any(not run.summary.get("gang", True) for run in runs):
         keys += ["deadlocked_jobs", "gpu_hours_held_by_partial_gangs", "partial_gang_timeouts"]
     for k in keys:
         cells = []
         for run in runs:
             v = run.summary.get(k, "")
+            if isinstance(v, str):  # a key only some runs have (migrations, smoke tests)
+                cells.append(v)
+                continue
             cells.append(f"{v:,.3f}" if isinstance(v, float) and abs(v) < 100 else
                          f"{v:,.0f}" if isinstance(v, float) else f"{v:,}")
         table.add_row(k, *cells)
@@ -96,12 +111,25 @@ def _summary_table(runs: list[RunOutcome]) -> Table:
 
 def _options(policy: str, placement: str, retry: RetryPolicy, max_attempts: int, seed: int,
              quotas: Path | None, until: float | None, ckpt: float, restart: float, gang: bool = True,
-             partial_timeout: float | None = None) -> RunOptions:
+             partial_timeout: float | None = None, migrate: bool = False, smoke_test: float = 0.0) -> RunOptions:
     return RunOptions(
         policy=policy, placement=placement, retry=retry, max_attempts=max_attempts, seed=seed,
         checkpoint_interval_s=ckpt, restart_overhead_s=restart, until_s=until,
         quotas=load_quota_file(quotas) if quotas else None, gang=gang, partial_timeout_s=partial_timeout,
+        migrate=migrate, smoke_test_s=smoke_test,
     )
+
+
+def _migrate_modes(migrate: str, gang_modes: list[tuple[bool, float | None, str]]) -> list[tuple[bool, str]]:
+    """(migrate, label suffix) for each comma-separated --migrate value."""
+    values = []
+    for text in (m.strip().lower() for m in migrate.split(",") if m.strip()):
+        if text not in ("on", "off"):
+            raise ValueError(f"--migrate: expected on or off, got {text!r}")
+        values.append(text == "on")
+    if any(values) and not all(on for on, _, _ in gang_modes):
+        raise ValueError("--migrate: moves whole gangs; it applies to gang scheduling only (drop --gang off)")
+    return [(on, "/migrate" if on else "") for on in dict.fromkeys(values or [False])]
 
 
 def _modes(gang: str, partial_timeout: str) -> list[tuple[bool, float | None, str]]:
@@ -138,6 +166,8 @@ def run(
     restart_overhead: RestartOpt = 30.0,
     gang: Annotated[str, typer.Option("--gang", help=GANG_HELP)] = "on",
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help=TIMEOUT_HELP)] = "never",
+    migrate: Annotated[str, typer.Option("--migrate", help=MIGRATE_HELP)] = "off",
+    smoke_test: SmokeOpt = 0.0,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
@@ -145,14 +175,18 @@ def run(
     """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
     _check_names([policy], [placement])
     plots = _plot_format(plots, no_plots)
-    if "," in gang or "," in partial_timeout:
-        raise ValueError("--gang/--partial-timeout: one value each for sim run (lists are for sim compare)")
+    if "," in gang or "," in partial_timeout or "," in migrate:
+        raise ValueError("--gang/--partial-timeout/--migrate: one value each for sim run (lists are for sim compare)")
     [(gang_on, timeout, suffix)] = _modes(gang, partial_timeout)
+    [(migrate_on, moved)] = _migrate_modes(migrate, [(gang_on, timeout, suffix)])
+    if smoke_test and not gang_on:
+        raise ValueError("--smoke-test: applies to gang scheduling only (drop --gang off)")
+    suffix += moved
     if not gang_on:
         check_supported(make_policy(policy), make_placer(placement))
     workload, clu = _inputs(trace, fmt, cluster)
     opts = _options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
-                    restart_overhead, gang_on, timeout)
+                    restart_overhead, gang_on, timeout, migrate_on, smoke_test)
     horizon = workload.jobs[-1].submit_time_s
     bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
     try:
@@ -188,6 +222,8 @@ def compare(
     gang: Annotated[str, typer.Option("--gang", help="Comma-separated: on, off. " + GANG_HELP)] = "on",
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help="Comma-separated. " + TIMEOUT_HELP)
                                ] = "never",
+    migrate: Annotated[str, typer.Option("--migrate", help="Comma-separated: off, on. " + MIGRATE_HELP)] = "off",
+    smoke_test: SmokeOpt = 0.0,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
@@ -203,6 +239,9 @@ def compare(
     _check_names(policies, placements)
     plots = _plot_format(plots, no_plots)
     modes = _modes(gang, partial_timeout)
+    moves = _migrate_modes(migrate, modes)
+    if smoke_test and not all(on for on, _, _ in modes):
+        raise ValueError("--smoke-test: applies to gang scheduling only (drop --gang off)")
     if not all(on for on, _, _ in modes):
         for pol in policies:
             for pl in placements:
@@ -212,10 +251,10 @@ def compare(
     for pol in policies:
         for pl in placements:
             for rt in retries:
-                for gang_on, timeout, suffix in modes:
-                    label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "") + suffix
+                for (gang_on, timeout, suffix), (migrate_on, moved) in itertools.product(modes, moves):
+                    label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "") + suffix + moved
                     opts = _options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
-                                    restart_overhead, gang_on, timeout)
+                                    restart_overhead, gang_on, timeout, migrate_on, smoke_test)
                     bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
                     try:
                         runs.append(simulate(workload, clu, opts, bar, label=label))

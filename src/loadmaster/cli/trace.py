@@ -20,7 +20,7 @@ from loadmaster.sim.quotas import load_quota_file
 from loadmaster.traces import analysis, load_cluster, load_workload, report, write_csv
 from loadmaster.traces.formats import load_history
 from loadmaster.traces.history import History, JobHistory, Times
-from loadmaster.traces.synth import LIKES, synthesize
+from loadmaster.traces.synth import LIKES, synthesize, vc_quotas
 
 app = typer.Typer(help="Workload traces: analyze, synthesize, convert.", no_args_is_help=True)
 
@@ -186,6 +186,15 @@ def synth(
     cpu_demands: Annotated[bool, typer.Option("--cpu-demands", help="Give each learner the CPU and memory "
                                               "request of its model family's profile (default: none, as "
                                               "in Philly).")] = False,
+    vcs: Annotated[bool, typer.Option("--vcs", help="Queue like Philly: virtual clusters with fixed quotas (the "
+                                      "profile's servers per VC, scaled to --cluster), each offering --load on its "
+                                      "own quota, with bursts of jobs; also writes the quota file for sim "
+                                      "--quotas. Needs --cluster and --load.")] = False,
+    quotas_out: Annotated[Path | None, typer.Option("--quotas-out", help="With --vcs: where to write the quota "
+                                                    "file (default: beside --out, NAME.quotas.yaml).")] = None,
+    borrow_limit: Annotated[int | None, typer.Option("--borrow-limit", min=0, help="With --vcs: GPUs a VC may "
+                                                     "borrow beyond its quota when they are idle (default 0: "
+                                                     "fixed quotas, as Philly's VCs).")] = None,
 ) -> None:
     """Write a synthetic workload in the canonical CSV, following a published trace's statistics."""
     if like not in LIKES:
@@ -197,11 +206,25 @@ def synth(
                          "--cluster-gpus")
     if cluster_gpus is not None and load is None:
         raise ValueError("--cluster-gpus only sizes --load: add --load or leave it out")
+    if vcs and (cluster is None or load is None):
+        raise ValueError("--vcs: quotas are shares of a cluster and each VC offers a load on its own: add "
+                         "--cluster (e.g. --cluster philly) and --load (e.g. --load 0.9)")
+    if not vcs and (quotas_out is not None or borrow_limit is not None):
+        raise ValueError("--quotas-out/--borrow-limit: these describe --vcs quotas; add --vcs or leave them out")
     shaped_for = load_cluster(cluster) if cluster is not None else None
     workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands,
-                          cluster=shaped_for)
+                          cluster=shaped_for, vcs=vcs)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(workload.jobs, out)
+    if vcs:
+        assert shaped_for is not None
+        quota_path = quotas_out or out.with_name(out.stem + ".quotas.yaml")
+        quota_path.parent.mkdir(parents=True, exist_ok=True)
+        lines = ["# fixed VC quotas for `sim run --quotas`, written by `trace synth --vcs`", "tenants:"]
+        lines += [f"  '{vc}': {{gpus: {g}, borrow_limit: {borrow_limit or 0}}}"
+                  for vc, g in vc_quotas(like, shaped_for).items()]
+        quota_path.write_text("\n".join(lines) + "\n")
+        console.print(f"wrote the VC quotas to {quota_path}", highlight=False)
     where = f" for {shaped_for.describe()}" if shaped_for is not None else ""
     at = f" at offered load {load:g}" if load is not None else ""
     console.print(f"wrote {n} jobs like {like} (seed {seed}){where}{at} to {out}", highlight=False)

@@ -14,12 +14,17 @@ from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
 from loadmaster.scheduling.feasibility import never_fits
 from loadmaster.scheduling.placement.base import Placer, failure_reason
-from loadmaster.scheduling.plan import Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
+from loadmaster.scheduling.plan import Migrate, Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 Shape = tuple[object, ...]
 _MEMO_LIMIT = 32
+# Defragmentation moves at most this many running jobs for one waiting gang: each move costs its job a
+# restart and the work since its last checkpoint, and a search over more would cost a round dearly.
+MAX_MOVES = 8
+# Why a gang that does not fit may fit after smaller jobs move: free GPUs of the wrong shape.
+_DEFRAGMENTABLE = (WaitReason.FRAGMENTATION, WaitReason.LOCALITY_WAIT)
 
 
 def _dominates(big: Shape, small: Shape) -> bool:
@@ -104,6 +109,7 @@ class _Round:
     placer: Placer
     free: FreeCapacity
     gate: Gate
+    migrate: bool = False  # defragment: move smaller running jobs so that a gang waiting on fragmentation fits
 
     def __post_init__(self) -> None:
         self.gated = type(self.gate) is not Gate
@@ -115,6 +121,9 @@ class _Round:
         self.resizes: list[Resize] = []
         self.resized: set[str] = set()
         self.victims: list[JobView] | None = None
+        self.migrations: list[Migrate] = []
+        self.moved: set[str] = set()
+        self.no_migrate: dict[Shape, int] = {}
         # Shapes that did not fit at a capacity version: capacity only shrinks until the version changes,
         # so they (and any shape at least as large) still do not fit. A long queue costs few placements.
         self.no_fit = _NoFitMemo()
@@ -245,8 +254,8 @@ class _Round:
                     self.no_preempt[key] = free.version
                 return reason
         for victim in self.policy.victim_candidates(self.snap, self.gate, job, self.victim_list):
-            if victim.job_id in self.preempted or victim.job_id in self.resized:
-                continue
+            if victim.job_id in self.preempted or victim.job_id in self.resized or victim.job_id in self.moved:
+                continue  # a moved job no longer holds what its view says
             assert victim.allocation is not None
             kept = shrink_to_minimum(victim)
             self.gate.remove(victim)
@@ -308,6 +317,96 @@ class _Round:
         return alloc
 
 
+    def _movers(self, job: JobView) -> list[JobView]:
+        """Running jobs that may move to make room for `job`: smaller than it, not acted on in this round,
+        on servers with free GPUs, those of the servers closest to empty first (emptying them is what a
+        wide gang needs), the smallest job of a server first."""
+        free = self.free.gpus
+        need = job.spec.gpus
+        acted = self.preempted | self.resized | self.moved
+        by_node: dict[int, list[JobView]] = {}
+        for view in self.snap.running:
+            alloc = view.allocation
+            if alloc is None or alloc.gpus >= need or view.job_id in acted or view.spec.elastic:
+                continue
+            for node in set(alloc.learner_nodes):
+                if free[node] > 1e-9:
+                    by_node.setdefault(node, []).append(view)
+        out: list[JobView] = []
+        seen: set[str] = set()
+        for node in sorted(by_node, key=lambda n: (-free[n], n)):
+            for view in sorted(by_node[node], key=lambda v: (v.spec.gpus, v.job_id)):
+                if view.job_id not in seen:
+                    seen.add(view.job_id)
+                    out.append(view)
+        return out
+
+    def _rehome(self, released: list[JobView], job_id: str) -> list[Migrate] | None:
+        """Put each released job back where it was if that is still free, else elsewhere (the placer's
+        choice): on the GPU types its policy prefers for it, or its own type first and then any other; the
+        moves, or None (capacity then holds some of them) if one fits nowhere."""
+        moves: list[Migrate] = []
+        types = self.snap.cluster.gpu_types
+        for view in sorted(released, key=lambda v: -v.spec.gpus):
+            alloc = view.allocation
+            assert alloc is not None
+            try:
+                self.free.take(alloc)
+                continue
+            except ValueError:
+                pass
+            prefer = self.policy.type_preference(self.snap, view)
+            if prefer is None:
+                own = self.snap.cluster.nodes[alloc.learner_nodes[0]].gpu_type
+                prefer = (own, *(t for t in types if t != own))
+            moved = self.placer.place(view, alloc.learners, self.free, self.snap, prefer)
+            if not isinstance(moved, Allocation):
+                return None
+            self.free.take(moved)
+            moves.append(Migrate(view.job_id, moved, for_job=job_id))
+        return moves
+
+    def place_by_migrating(self, job: JobView, reason: WaitReason) -> Allocation | WaitReason:
+        """Free a whole-gang placement for `job` by moving smaller running jobs elsewhere (checkpoint, stop,
+        restart elsewhere): released one at a time from the servers closest to empty, until the gang fits
+        and every released job fits again somewhere (where it was, if it still can). Nothing changes if
+        that takes more than MAX_MOVES moves."""
+        spec = job.spec
+        free = self.free
+        if reason not in _DEFRAGMENTABLE or spec.elastic or spec.gpus > free.total_gpus + 1e-9:
+            return reason
+        shape = self.placer.cache_key(job, spec.learners, self.snap)
+        if shape is not None and self.no_migrate.get(shape) == free.version:
+            return reason
+        prefer = self.policy.type_preference(self.snap, job)
+        saved = free.save()
+        released: list[JobView] = []
+        for view in self._movers(job):
+            assert view.allocation is not None
+            free.give(view.allocation, grow=False)
+            released.append(view)
+            alloc = self.placer.place(job, spec.learners, free, self.snap, prefer)
+            if not isinstance(alloc, Allocation):
+                if len(released) >= 2 * MAX_MOVES:
+                    break  # released jobs often stay where they are: look a little past MAX_MOVES
+                continue
+            before = free.save()
+            free.take(alloc)
+            moves = self._rehome(released, job.job_id)
+            if moves is not None and len(moves) <= MAX_MOVES:
+                free.give(alloc, grow=False)  # attempt() takes it with the start
+                self.migrations += moves
+                self.moved.update(m.job_id for m in moves)
+                free.version += 1
+                return alloc
+            free.restore(before)
+            if moves is not None:
+                break  # too many moves already: releasing more only adds to them
+        free.restore(saved)
+        if shape is not None:
+            self.no_migrate[shape] = free.version
+        return reason
+
     def attempt(self, job: JobView) -> tuple[Allocation | WaitReason, bool]:
         """Try to start `job` now: the quota gate, a whole-gang placement, then displacement for a preemptive
         policy. A start is booked in the round (capacity, gate, starts). Returns the allocation or why it
@@ -320,6 +419,9 @@ class _Round:
             if gate.admit(job, smallest) is Admission.DENIED:
                 return WaitReason.OVER_QUOTA, False
         result = self.place(job)
+        if self.migrate and type(result) is not Allocation:
+            assert isinstance(result, WaitReason)
+            result = self.place_by_migrating(job, result)
         if type(result) is not Allocation and self.policy.preemptive and result is not WaitReason.LOCALITY_WAIT:
             assert isinstance(result, WaitReason)
             result = self.place_by_preempting(job, result)
@@ -367,12 +469,13 @@ class _Round:
 
     def plan(self, rejects: list[Reject], waits: list[Wait]) -> Plan:
         return Plan(starts=tuple(self.starts), preempts=tuple(self.preempts), resizes=tuple(self.resizes),
-                    rejects=tuple(rejects), waits=tuple(waits))
+                    rejects=tuple(rejects), waits=tuple(waits), migrations=tuple(self.migrations))
 
 
-def decide(snap: Snapshot, policy: Policy, placer: Placer) -> Plan:
-    """Decide which queued jobs start where, which running jobs are preempted, and why the rest wait."""
-    rnd = _Round(snap, policy, placer, FreeCapacity(snap), policy.gate(snap))
+def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False) -> Plan:
+    """Decide which queued jobs start where, which running jobs are preempted (or, with `migrate`, moved to
+    other servers to defragment), and why the rest wait."""
+    rnd = _Round(snap, policy, placer, FreeCapacity(snap), policy.gate(snap), migrate)
     rejects: list[Reject] = []
     waits: list[Wait] = []
     blocked = False

@@ -49,6 +49,17 @@ class Resize:
 
 
 @dataclass(frozen=True, slots=True)
+class Migrate:
+    """Checkpoint a running job, stop it and restart it at `allocation` (other servers) at once, so that
+    `for_job` fits: defragmentation. It costs the job the restart overhead and the work since its last
+    checkpoint; it keeps its place (it is never queued in between)."""
+
+    job_id: str
+    allocation: Allocation
+    for_job: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Reject:
     job_id: str
     reason: str
@@ -68,7 +79,9 @@ class Plan:
     resizes: tuple[Resize, ...] = ()
     rejects: tuple[Reject, ...] = ()
     waits: tuple[Wait, ...] = field(default=())
+    # Last, so that plans built by position before migration existed keep their meaning.
+    migrations: tuple[Migrate, ...] = ()
 
     @property
     def empty(self) -> bool:
-        return not (self.starts or self.preempts or self.resizes or self.rejects)
+        return not (self.starts or self.preempts or self.resizes or self.rejects or self.migrations)

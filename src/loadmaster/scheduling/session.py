@@ -62,9 +62,10 @@ class _Entry:
 class Session:
     """One policy and one placer, and the queue they decide over, kept from one decision to the next."""
 
-    def __init__(self, policy: Policy, placer: Placer) -> None:
+    def __init__(self, policy: Policy, placer: Placer, migrate: bool = False) -> None:
         self.policy = policy
         self.placer = placer
+        self.migrate = migrate  # defragment by moving running jobs (decide()'s `migrate`)
         self.incremental = (type(policy).order_key is not Policy.order_key and not placer.time_dependent_key)
         self._uses_class_order = type(policy).class_order is not Policy.class_order
         self._jobs: dict[str, JobView] = {}
@@ -190,7 +191,7 @@ class Session:
         return out
 
     def _decide_full(self, snap: Snapshot) -> Plan:
-        plan = decide(snap, self.policy, self.placer)
+        plan = decide(snap, self.policy, self.placer, self.migrate)
         known = self._reason
         changed = []
         for w in plan.waits:
@@ -201,7 +202,7 @@ class Session:
             known.pop(s.job_id, None)
         for r in plan.rejects:
             known.pop(r.job_id, None)
-        return Plan(plan.starts, plan.preempts, plan.resizes, plan.rejects, tuple(changed))
+        return Plan(plan.starts, plan.preempts, plan.resizes, plan.rejects, tuple(changed), plan.migrations)
 
     def _entries_class(self, job_id: str) -> JobClass:
         return self._entries[job_id].cls
@@ -298,7 +299,7 @@ class _Walk:
         self.session = session
         self.snap = snap
         policy = session.policy
-        self.rnd = _Round(snap, policy, session.placer, FreeCapacity(snap), policy.gate(snap))
+        self.rnd = _Round(snap, policy, session.placer, FreeCapacity(snap), policy.gate(snap), session.migrate)
         self.rejects: list[Reject] = []
         self.leaving: set[str] = set()  # started or rejected in this plan
         # Per class visited: the reasons found, as (key, reason) runs in rank order.

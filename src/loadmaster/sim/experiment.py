@@ -39,6 +39,8 @@ class RunOptions:
     cpu_model: bool = True
     gang: bool = True  # False: learner-at-a-time placement (sim/learner_at_a_time.py), the baseline
     partial_timeout_s: float | None = None  # learner-at-a-time only: a partial gang gives up after this (None: never)
+    migrate: bool = False  # defragment by moving smaller running jobs (SimConfig.migrate)
+    smoke_test_s: float = 0.0  # each attempt of a multi-GPU job first runs this long on one GPU (0: off)
 
 
 @dataclass
@@ -58,13 +60,15 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
         make_placer(opts.placement),
         FailureModel(opts.retry, opts.max_attempts, opts.seed),
         PerformanceModel(cluster, locality=opts.locality_model, cpu=opts.cpu_model),
-        SimConfig(opts.checkpoint_interval_s, opts.restart_overhead_s, opts.until_s, opts.seed),
+        SimConfig(opts.checkpoint_interval_s, opts.restart_overhead_s, opts.until_s, opts.seed, opts.migrate,
+                  opts.smoke_test_s),
         quotas,
     )
     sim = Simulator(*parts) if opts.gang else LearnerAtATimeSimulator(*parts, opts.partial_timeout_s)
     result = sim.run(workload, progress)
     if opts.gang:  # true by construction: a gang holds all its GPUs or none
-        result.mode_metrics = {"gang": True, "gpu_hours_held_by_partial_gangs": 0.0, "deadlocked_jobs": 0}
+        result.mode_metrics = {"gang": True, "gpu_hours_held_by_partial_gangs": 0.0, "deadlocked_jobs": 0,
+                               **result.mode_metrics}
     summary = summarize(result, time.perf_counter() - started)
     summary["policy"] = opts.policy
     summary["placement"] = opts.placement
@@ -105,6 +109,11 @@ COMPARE_COLUMNS = (
     "avg_total_wait_s", "fair_share_delay_s", "fragmentation_delay_s", "gpu_utilization", "max_rho", "median_rho",
     "jain_fairness", "preemptions", "gpu_hours_failed_attempts", "wall_time_s",
 )
+# Shown only when a compared run migrates.
+MIGRATION_COLUMNS = ("migrations", "gpu_hours_lost_to_migration")
+# Shown only when a compared run smoke-tests.
+SMOKE_COLUMNS = ("smoke_tests", "failures_caught_by_smoke_test", "gpu_hours_smoke_tests",
+                 "gpu_hours_failures_caught_would_have_held")
 # Shown only when a compared run places learner at a time.
 LEARNER_COLUMNS = ("unfinished", "deadlocked_jobs", "gpu_hours_held_by_partial_gangs", "partial_gang_timeouts")
 
@@ -121,6 +130,8 @@ def write_comparison(out: Path, runs: list[RunOutcome], plots: str = "svg") -> l
     for run in runs:
         write_run(out / run.label.replace("/", "_"), run, plots)
     columns = COMPARE_COLUMNS + (LEARNER_COLUMNS if any(not r.summary.get("gang", True) for r in runs) else ())
+    columns += MIGRATION_COLUMNS if any("migrations" in r.summary for r in runs) else ()
+    columns += SMOKE_COLUMNS if any("smoke_tests" in r.summary for r in runs) else ()
     header = ["run", *columns]
     rows = [[run.label, *(_cell(run.summary.get(c, "")) for c in columns)] for run in runs]
     md = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]

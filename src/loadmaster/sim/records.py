@@ -18,7 +18,9 @@ class JobRecord:
     resizes: int = 0  # elastic scale-ups and scale-downs
     gpu_s: float = 0.0  # GPU-seconds held, all attempts
     gpu_s_failed: float = 0.0  # GPU-seconds of attempts that ended in failure
-    gpu_s_lost: float = 0.0  # GPU-seconds of work thrown away by preemption (since the last checkpoint)
+    gpu_s_lost: float = 0.0  # GPU-seconds of work thrown away by preemption or a move (since the last checkpoint)
+    gpu_s_lost_migrating: float = 0.0  # the part of gpu_s_lost that moves threw away
+    migrations: int = 0  # moves to other servers (defragmentation), each a checkpoint and a restart
     wait_s: dict[str, float] = field(default_factory=dict)  # total waiting time by WaitReason
     last_wait_reason: str = ""
     reject_reason: str = ""

@@ -9,12 +9,12 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.job import Allocation, JobStatus, check_transition
+from loadmaster.core.job import Allocation, JobSpec, JobStatus, check_transition
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
@@ -34,6 +34,12 @@ class SimConfig:
     restart_overhead_s: float = 30.0  # paid each time a job (re)starts after a preemption
     until_s: float | None = None  # stop the clock here; jobs still in the system count as unfinished
     seed: int = 0
+    # Defragment: decide() may move smaller running jobs so a gang waiting on fragmentation fits; a move costs
+    # the restart overhead and the work since the last checkpoint, like a preemption without the queue.
+    migrate: bool = False
+    # Smoke test first (Philly's lesson: most failures come early): each attempt of a multi-GPU job first runs
+    # this many seconds on one GPU; an attempt that ends within it ends there, on one GPU instead of the gang.
+    smoke_test_s: float = 0.0
 
 
 @dataclass
@@ -68,6 +74,29 @@ class _Live:
     reason_since: float = 0.0
     reason: str = ""
     contention_at_submit: float = 0.0
+    smoking: bool = False  # the current attempt runs its smoke test (one GPU) before its gang is placed
+
+
+@dataclass
+class SmokeTally:
+    """What smoke tests did in one run (summary.json keys, only when they are on)."""
+
+    runs: int = 0  # smoke tests that ran to their end (a preempted one counts once, when it ends)
+    caught: int = 0  # failed attempts that ended within their smoke test, on one GPU
+    gpu_s: float = 0.0  # GPU time the smoke tests held
+    caught_gang_gpu_s: float = 0.0  # what those failed attempts would have held as whole gangs
+
+    def metrics(self) -> dict[str, float | int | bool | None]:
+        return {"smoke_tests": self.runs, "failures_caught_by_smoke_test": self.caught,
+                "gpu_hours_smoke_tests": self.gpu_s / 3600,
+                "gpu_hours_failures_caught_would_have_held": self.caught_gang_gpu_s / 3600}
+
+
+def smoke_spec(spec: JobSpec, seconds: float) -> JobSpec:
+    """The one-GPU smoke test of a multi-GPU job: one learner, one GPU, the CPUs and memory of one GPU's share."""
+    share = 1.0 / spec.gpus_per_learner if spec.gpus_per_learner else 0.0
+    return replace(spec, learners=1, gpus_per_learner=1, duration_s=seconds, min_learners=None, max_learners=None,
+                   cpus_per_learner=spec.cpus_per_learner * share, mem_gb_per_learner=spec.mem_gb_per_learner * share)
 
 
 class Simulator:
@@ -106,7 +135,7 @@ class _Run:
         self.running: dict[str, _Live] = {}
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
         # policy's order between decisions), the running jobs in a dict (a snapshot copies them).
-        self.session = Session(sim.policy, sim.placer)
+        self.session = Session(sim.policy, sim.placer, sim.config.migrate)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
@@ -127,6 +156,8 @@ class _Run:
         self.contention_integral = 0.0  # integral over time of jobs in the system (queued + running)
         self.preemptions = 0
         self.resizes = 0
+        self.migrations = 0
+        self.smoke = SmokeTally()
         self.decisions = 0
         self.snap = Snapshot.idle(0.0, sim.cluster)  # the last decision's input (placer_wake reads it)
         self.finished = 0
@@ -184,15 +215,22 @@ class _Run:
         self.close_unfinished()
         if self.progress is not None:
             self.progress(self.clock, self.finished)
-        return SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
-                         self.preemptions, self.decisions, self.resizes, self.sim.tenants)
+        result = SimResult(self.cluster, self.records, self.timeline, self.clock, self.busy_gpu_s,
+                           self.preemptions, self.decisions, self.resizes, self.sim.tenants)
+        if self.sim.config.migrate:  # only then: a run without it writes exactly what it wrote before
+            result.mode_metrics["migrations"] = self.migrations
+            result.mode_metrics["gpu_hours_lost_to_migration"] = sum(r.gpu_s_lost_migrating
+                                                                     for r in self.records) / 3600
+        if self.sim.config.smoke_test_s > 0:
+            result.mode_metrics.update(self.smoke.metrics())
+        return result
 
     def quiet_until(self, plan: Plan) -> float:
         """After a decision, until when timer rounds are known to change nothing: a plan that changed
         nothing (no action, no reason) is repeated by every round until time alone can change an answer:
         a queued job's order (the Session's next_change_s) or whom the policy lets displace whom
         (Policy.next_change_s). After any other plan the next round is made."""
-        if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.waits:
+        if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.waits or plan.migrations:
             return -math.inf
         if self.sim.placer.time_dependent_key:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
@@ -226,6 +264,7 @@ class _Run:
         self.records.append(record)
         live = _Live(idx, record, self.sim.failures.plan(spec), JobView(spec, queued_since=spec.submit_time_s,
                                                                            as_of=spec.submit_time_s))
+        self.smoke_first(live)
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
@@ -283,6 +322,13 @@ class _Run:
             self.preempt(self.running[p.job_id])
         for z in plan.resizes:
             self.resize(self.running[z.job_id], z.allocation)
+        # Every move stops before any restarts: one job's new servers may be what another left.
+        moving = [(self.running[m.job_id], m.allocation, self.checkpoint(self.running[m.job_id]))
+                  for m in plan.migrations]
+        for live, _, _ in moving:
+            self.stop_running(live)
+        for live, alloc, (kept, attained) in moving:
+            self.migrate(live, alloc, kept, attained)
         for r in plan.rejects:
             live = self.dequeue(r.job_id)
             live.record.reject_reason = r.reason
@@ -359,7 +405,13 @@ class _Run:
                             rate, begins, live.view.attained_gpu_s, live.view.preemptions, self.clock)
         live.run_start = self.clock
         target = live.attempts.runtimes[live.attempt_idx]
-        end = begins + max(0.0, target - live.view.work_done_s) / rate
+        if live.smoking:
+            # Whether the job crashes is a matter of time, not speed: a smoke test (re)starts from scratch and
+            # lasts its length, or until the attempt fails if that comes first.
+            end = begins + (min(target, self.sim.config.smoke_test_s) if self.fails(live)
+                            else self.sim.config.smoke_test_s)
+        else:
+            end = begins + max(0.0, target - live.view.work_done_s) / rate
         live.token += 1
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, live.index, live.token))
@@ -394,26 +446,73 @@ class _Run:
         live.reason_since = self.clock
         self.enqueue(live)
 
-    def preempt(self, live: _Live) -> None:
+    def checkpoint(self, live: _Live) -> tuple[float, float]:
+        """(work kept, attained service) of a running job stopped now: its work as of its last checkpoint.
+        Books the GPU time of the work thrown away."""
         view = live.view
         assert view.allocation is not None
-        attained = view.attained_at(self.clock)
-        work = self.stop_running(live)
+        work = view.work_at(self.clock)
         ckpt = self.sim.config.checkpoint_interval_s
         kept = math.floor(work / ckpt) * ckpt if ckpt > 0 else 0.0
         live.record.gpu_s_lost += (work - kept) / max(view.rate, 1e-12) * view.allocation.gpus
+        return kept, view.attained_at(self.clock)
+
+    def migrate(self, live: _Live, alloc: Allocation, kept: float, attained: float) -> None:
+        """Restart a stopped job at once on `alloc`: it keeps its attempt and its place, it pays the restart
+        overhead and loses the work since its last checkpoint (checkpoint() booked it)."""
+        view = live.view
+        lost = view.work_at(self.clock) - kept
+        assert view.allocation is not None
+        live.record.gpu_s_lost_migrating += lost / max(view.rate, 1e-12) * view.allocation.gpus
+        live.record.migrations += 1
+        self.migrations += 1
+        live.view = JobView(view.spec, view.queued_since, view.attempt, None, kept, 0.0, self.clock, attained,
+                            view.preemptions, None)
+        self.launch(live, alloc, self.sim.config.restart_overhead_s)
+
+    def preempt(self, live: _Live) -> None:
+        view = live.view
+        assert view.allocation is not None
+        kept, attained = self.checkpoint(live)
+        self.stop_running(live)
         live.record.preemptions += 1
         self.preemptions += 1
         self.requeue(live, kept, attained, view.preemptions + 1)
+
+    def fails(self, live: _Live) -> bool:
+        """Whether the current attempt ends in failure (not the last one, or the last one failing)."""
+        return live.attempt_idx < live.attempts.attempts - 1 or live.attempts.outcome is JobStatus.FAILED
+
+    def smoke_first(self, live: _Live) -> None:
+        """With smoke tests on, a multi-GPU job's new attempt queues as its one-GPU smoke test."""
+        spec = live.record.spec
+        if self.sim.config.smoke_test_s <= 0 or spec.gpus <= 1:
+            return
+        live.smoking = True
+        live.view = replace(live.view, spec=smoke_spec(spec, self.sim.config.smoke_test_s))
 
     def end_attempt(self, live: _Live) -> None:
         view = live.view
         assert view.allocation is not None
         attained = view.attained_at(self.clock)
         self.stop_running(live)
+        if live.smoking:
+            self.smoke.gpu_s += live.attempt_gpu_s
+            self.smoke.runs += 1
+            if live.attempts.runtimes[live.attempt_idx] > self.sim.config.smoke_test_s or not self.fails(live):
+                # It survived the test (an attempt that succeeds, however short, is not ended by it: it ran on
+                # one GPU only as a test): the attempt proper queues for its whole gang, from scratch.
+                live.smoking = False
+                live.attempt_gpu_s = 0.0
+                live.view = replace(view, spec=live.record.spec)
+                self.requeue(live, 0.0, attained, view.preemptions)
+                return
         held, live.attempt_gpu_s = live.attempt_gpu_s, 0.0
         last = live.attempt_idx == live.attempts.attempts - 1
         outcome = live.attempts.outcome if last else JobStatus.FAILED
+        if live.smoking and outcome is JobStatus.FAILED:
+            self.smoke.caught += 1
+            self.smoke.caught_gang_gpu_s += live.attempts.runtimes[live.attempt_idx] * live.record.spec.gpus
         if outcome is JobStatus.FAILED:
             live.record.gpu_s_failed += held
             cats = live.attempts.categories
@@ -421,6 +520,9 @@ class _Run:
                 live.record.failure_categories += (cats[live.attempt_idx].value,)
         if not last:
             live.attempt_idx += 1
+            if not live.smoking:
+                live.view = replace(live.view, spec=live.record.spec)
+                self.smoke_first(live)
             self.requeue(live, 0.0, attained, view.preemptions)
             return
         self.set_status(live, outcome)

@@ -142,6 +142,14 @@ class Profile:
     hourly_counts: tuple[int, ...]
     weekday_counts: tuple[int, ...]
     models: tuple[ModelFamily, ...]
+    # Virtual clusters with fixed quotas (`synthesize(..., vcs=True)`): servers per VC from a published setup;
+    # VCs not listed get one server each. Empty: the profile has no VC mode.
+    vc_servers: tuple[tuple[str, int], ...] = ()
+    # Bursts (hyperparameter sweeps): this share of a VC's jobs arrive in bursts of one user's jobs of one
+    # size, burst_jobs jobs on average (geometric), spread over burst_s seconds on average (exponential).
+    burst_share: float = 0.0
+    burst_jobs: float = 1.0
+    burst_s: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -314,6 +322,14 @@ PHILLY = Profile(
     ),
     weekday_counts=(609, 683, 638, 702, 708, 398, 468),
     models=_GAVEL_MODELS,
+    # Helios (SC'21) maps 11 Philly VCs to node counts (../shared/traces/philly/derived/helios_philly_vc.csv).
+    vc_servers=(("6214e9", 64), ("7f04ca", 32), ("11cb48", 16), ("b436b2", 64), ("ee9e8c", 64), ("e13805", 16),
+                ("6c71a0", 32), ("2869ce", 16), ("ed69ec", 8), ("103959", 8), ("0e4a51", 32)),
+    # Not measured (the sample's submit times are per job, not per sweep): half of a VC's jobs come in bursts
+    # of 10 jobs on average within about an hour, what a user's hyperparameter sweep looks like.
+    burst_share=0.5,
+    burst_jobs=10.0,
+    burst_s=HOUR_S,
 )
 
 PROFILES: Mapping[str, Profile] = MappingProxyType({PHILLY.name: PHILLY})
@@ -334,6 +350,7 @@ def synthesize(
     load: float | None = None,
     cpu_demands: bool = False,
     cluster: Cluster | None = None,
+    vcs: bool = False,
 ) -> Workload:
     """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
 
@@ -354,6 +371,13 @@ def synthesize(
     servers: 6 learners of 4), no job asks for more GPUs than the cluster has, and CPU and memory requests
     are capped at what the servers that can hold a learner have. The random draws are the same with or
     without it (only sizes, and the runtimes and requests that follow from them, differ).
+
+    vcs=True (needs `cluster` and `load`) makes the workload queue like Philly's: the tenants are virtual
+    clusters with fixed quotas (vc_quotas(): the profile's servers per VC, scaled to the cluster's GPUs), each
+    VC offers `load` times its own quota's GPU-time over the span (so jobs come from VCs in proportion to
+    quota / mean job GPU-time, not to the reference trace's job rates), no job asks for more than its VC's
+    quota, and a share of each VC's jobs arrive in bursts (one user, one size, within about an hour) on top
+    of the day/night and weekday cycle. Sizes, runtimes, statuses and attempts are drawn as without it.
     """
     profile = PROFILES.get(like)
     if profile is None:
@@ -374,7 +398,90 @@ def synthesize(
         raise ValueError(f"load must be a number > 0, got {load}")
     if cluster_gpus is not None and cluster_gpus < 1:
         raise ValueError(f"cluster_gpus must be >= 1, got {cluster_gpus}")
+    if vcs:
+        if cluster is None or load is None:
+            raise ValueError("vcs: virtual clusters have quotas of a cluster's GPUs and a load on them: give "
+                             "cluster and load")
+        if not profile.vc_servers:
+            raise ValueError(f"vcs: profile {profile.name} has no virtual clusters")
+        return _generate_vcs(profile, jobs, seed, cluster, load, cpu_demands)
     return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands, cluster)
+
+
+def vc_quotas(like: str, cluster: Cluster) -> dict[str, int]:
+    """GPUs per virtual cluster of profile `like` on `cluster`: the profile's servers per VC (one for a VC it
+    does not list) as shares of the cluster's GPUs, largest remainder rounding: they add up to the cluster's
+    GPUs."""
+    profile = PROFILES.get(like)
+    if profile is None:
+        raise ValueError(f"unknown workload profile {like!r}; known: {', '.join(LIKES)}")
+    listed = dict(profile.vc_servers)
+    servers = {t.name: listed.get(t.name, 1) for t in profile.tenants}
+    total = cluster.total_gpus
+    weight = sum(servers.values())
+    exact = {vc: total * n / weight for vc, n in servers.items()}
+    quotas = {vc: int(x) for vc, x in exact.items()}
+    left = total - sum(quotas.values())
+    for vc in sorted(exact, key=lambda v: (-(exact[v] - quotas[v]), v))[:left]:
+        quotas[vc] += 1
+    return quotas
+
+
+def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: float,
+                  cpu_demands: bool) -> Workload:
+    """The VC mode of synthesize(): see there. Same draws as _generate, then bursts and the VCs' caps."""
+    quotas = vc_quotas(profile.name, cluster)
+    names = [t.name for t in profile.tenants]
+    per = _server_gpus(cluster)
+    # No job asks for more than its VC's quota: whole servers of it, or below one server a power of two.
+    cap = np.array([quotas[v] // per * per if quotas[v] >= per else 1 << (max(quotas[v], 1).bit_length() - 1)
+                    for v in names], dtype=np.int64)
+    # Jobs per VC in proportion to quota / mean GPU-time of one of its jobs, so every VC offers `load` times its
+    # quota. The mean is estimated on a pilot draw of its own generator: the workload's draws are unchanged by it.
+    pilot = np.random.default_rng(0x5EED)
+    mean_gpu_s = np.zeros(len(names))
+    for i in range(len(names)):
+        tenant_i = np.full(4000, i, dtype=np.int64)
+        g = np.minimum(_fit_sizes(_draw_gpus(profile, pilot, tenant_i), cluster), cap[i])
+        status_p = _normalise([w for _, w in profile.status_weights])
+        st = pilot.choice(len(status_p), size=len(g), p=status_p)
+        mean_gpu_s[i] = float(np.mean(g * _draw_durations(profile, pilot, g, st)))
+    rate = np.array([quotas[v] for v in names], dtype=np.float64) / mean_gpu_s
+
+    rng = np.random.default_rng(seed)
+    tenant = rng.choice(len(names), size=n, p=rate / rate.sum())
+    gpus = np.minimum(_fit_sizes(_draw_gpus(profile, rng, tenant), cluster), cap[tenant])
+    status_p = _normalise([w for _, w in profile.status_weights])
+    status_idx = rng.choice(len(status_p), size=n, p=status_p)
+    duration = _draw_durations(profile, rng, gpus, status_idx)
+    attempts = rng.choice(len(profile.attempt_counts), size=n, p=_normalise(profile.attempt_counts)) + 1
+    failed = _draw_failed_attempts(profile, rng, attempts)
+    user_rank = _draw_user_ranks(profile, rng, tenant)
+    group, leaders = _burst_groups(profile, rng, tenant, gpus, user_rank)
+    gpu_seconds = float(np.dot(gpus, duration)) + float(np.dot(np.repeat(gpus, attempts - 1), failed))
+    span = gpu_seconds / (cluster.total_gpus * load) if n else 0.0
+    submit = _draw_arrivals(profile, rng, n, span)
+    rng.shuffle(submit)  # sorted by _draw_arrivals: each job takes a random one (all are sorted below)
+    if len(leaders):
+        members = np.flatnonzero(group >= 0)
+        length = rng.exponential(profile.burst_s, size=len(leaders))
+        g = group[members]
+        submit[members] = np.floor(submit[leaders][g] + rng.random(len(members)) * length[g])
+    family, variant = _draw_models(profile, rng, gpus)
+
+    order = np.argsort(submit, kind="stable")
+    failed_by_job = np.split(failed, np.cumsum(attempts - 1)[:-1]) if n else []
+    failed = np.concatenate([failed_by_job[i] for i in order.tolist()]) if n else failed
+    workload = _build(profile, tenant[order], gpus[order], status_idx[order], duration[order], attempts[order],
+                      failed, user_rank[order], family[order], variant[order], submit[order], seed, cpu_demands,
+                      cluster)
+    report = workload.report
+    report.notes.append(
+        f"virtual clusters: {len(names)} with fixed quotas ({', '.join(f'{v} {quotas[v]}' for v in names)} GPUs), "
+        f"each offering load {load:g} on its quota; {profile.burst_share:.0%} of jobs in bursts"
+    )
+    report.notes.append(f"span {span / DAY_S:.2f} days, {gpu_seconds / 3600:.0f} GPU-hours offered")
+    return workload
 
 
 def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None,
@@ -414,6 +521,34 @@ def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, loa
     if cluster is not None:
         report.notes.append(f"jobs shaped for {cluster.describe()}")
     return workload
+
+
+def _burst_groups(profile: Profile, rng: np.random.Generator, tenant: IntArray, gpus: IntArray,
+                  user_rank: IntArray) -> tuple[IntArray, IntArray]:
+    """Group burst_share of each VC's jobs into bursts (geometric sizes, burst_jobs on average): a burst's jobs
+    take its first job's size and user (in place). Returns each job's burst (-1: none) and each burst's
+    first job."""
+    n = len(tenant)
+    group = np.full(n, -1, dtype=np.int64)
+    leaders: list[int] = []
+    in_burst = rng.random(n) < profile.burst_share
+    if profile.burst_share <= 0 or not n:
+        return group, np.zeros(0, dtype=np.int64)
+    for v in range(len(profile.tenants)):
+        idx = np.flatnonzero(in_burst & (tenant == v))  # jobs are iid, so these are in a random order already
+        sizes = rng.geometric(1.0 / max(profile.burst_jobs, 1.0), size=len(idx))
+        ends = np.cumsum(sizes)
+        starts = ends - sizes
+        for a, b in zip(starts.tolist(), ends.tolist(), strict=True):
+            if a >= len(idx):
+                break
+            members = idx[a:b]
+            first = int(members[0])
+            group[members] = len(leaders)
+            gpus[members] = gpus[first]
+            user_rank[members] = user_rank[first]
+            leaders.append(first)
+    return group, np.array(leaders, dtype=np.int64)
 
 
 def _server_gpus(cluster: Cluster) -> int:

@@ -514,6 +514,9 @@ class ControlLoop:
         for p in plan.preempts:
             why = f"preempted by {p.for_job}" if p.for_job else p.reason
             events.append(ev.Stop(p.job_id, StopIntent(StopKind.PREEMPT, why)))
+        # A move is carried out as a halt and a requeue (the learner checkpoints on should_preempt()); the job
+        # then waits for its next placement like any other, without a hint to go where decide() meant.
+        events += [ev.Stop(m.job_id, StopIntent(StopKind.PREEMPT, f"moved for {m.for_job}")) for m in plan.migrations]
         events += [*plan.resizes, *plan.rejects]
         now = ctx.clock()
         events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]
