@@ -98,6 +98,8 @@ def test_create_edit_and_delete_a_tenant(page: WebDriver, platform: Platform, tm
     assert me["tenant"] == "gamma" and me["user"] == "alice"
     wait_for(page, lambda d: (_tenant_cells(d, "gamma") or [])[:3] == ["gamma", "3", "1"], 20,
              "the new tenant never appeared with its quota")
+    click(page, "#new-token-copy")  # to the clipboard, or selected for Ctrl+C where the browser refuses
+    wait_for(page, lambda d: d.find_element(By.ID, "new-token-copy").text in ("Copied", "Selected: press Ctrl+C"))
     click(page, "#new-token-dismiss")
     assert not page.find_element(By.ID, "new-token").is_displayed()
     assert page.find_element(By.ID, "new-token-value").get_attribute("value") == ""

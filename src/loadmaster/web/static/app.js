@@ -647,7 +647,8 @@
       el("td", { class: "mono" }, u.user),
       el("td", {}, u.tokens),
       el("td", {}, fmtTime(u.created_at)),
-      el("td", {}, u.expires_at === null ? "never (until revoked)" : fmtTime(u.expires_at)),
+      el("td", {}, u.expires_at === null ? "never (until revoked)" :
+        `${fmtTime(u.expires_at)}${u.expires_at <= Date.now() / 1000 ? " (expired)" : ""}`),
       el("td", {}, el("span", { class: "row-actions" },
         el("button", { type: "button", "data-action": "rotate", title: `replace ${u.user}'s tokens by a new one`,
           onclick: (event) => rotateToken(name, u.user, event.currentTarget) }, "rotate"),
