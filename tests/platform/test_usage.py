@@ -85,9 +85,9 @@ def test_usage_by_job_equals_the_attempts(live: Live, ran: dict[str, Any]) -> No
     assert low["preempted_gpu_hours"] < low["gpu_hours"]
     # lost: only the preempted attempt's time after its checkpoint (about a second of its 1.5 s and more)
     first = jobs["low"]["attempt_history"][0]
-    ran = first["ended_at"] - first["started_at"]
+    took = first["ended_at"] - first["started_at"]
     assert 0 < low["lost_gpu_hours"] < low["preempted_gpu_hours"]
-    assert low["lost_gpu_hours"] * 3600 / 2 < ran - 0.4
+    assert low["lost_gpu_hours"] * 3600 / 2 < took - 0.4
     assert out["total"]["lost_gpu_hours"] == pytest.approx(low["lost_gpu_hours"])
     assert out["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in out["rows"]))
     assert out["total"]["jobs"] == 4 and out["tenant"] == "acct"
@@ -137,6 +137,8 @@ def test_cli(live: Live, ran: dict[str, Any]) -> None:
     assert code == 2 and "--since 'yesterday'" in out
     code, out = run(live, "usage", "--by", "tenant", "--since", "2020-01-01", admin=True)
     assert code == 0 and "acct" in out
+    code, out = run(live, "usage", "--by", "user", "--since", "1h", admin=True)
+    assert code == 0 and "acct/default" in out and "by user" in out, out
 
 
 def test_days_split_at_utc_midnight() -> None:
@@ -146,18 +148,46 @@ def test_days_split_at_utc_midnight() -> None:
     assert UsageBy("day") is UsageBy.DAY
 
 
+def _user_token(live: Live, tenant: str, user: str) -> str:
+    with live.client(live.admin_token) as c:
+        r = c.post(f"/api/v1/tenants/{tenant}/tokens", json={"user": user})
+        assert r.status_code == 201, r.text
+        return str(r.json()["token"])
+
+
 def test_usage_on_both_stores(db_url: str, tmp_path: Path) -> None:
-    """The accounting query (allocations read as text, a window over the attempts) on SQLite and PostgreSQL."""
+    """The accounting query (allocations read as text, a window over the attempts, jobs' users) on SQLite and
+    PostgreSQL. By user: each tenant's users apart, keyed tenant/user, so two tenants' "alice" do not add up."""
     handle = start_platform(db_url, tmp_path / "data", nodes="1x2:8cpu:32gb")
     try:
         token = handle.tenant("both", gpus=2)
+        handle.tenant("rival", gpus=2)
+        alice, bob = _user_token(handle, "both", "alice"), _user_token(handle, "both", "bob")
+        rival_alice = _user_token(handle, "rival", "alice")
+        done: dict[str, dict[str, Any]] = {}
+        for who, tok, gpus in (("default", token, 2), ("alice", alice, 1), ("bob", bob, 2), ("rival", rival_alice, 1)):
+            with handle.client(tok) as c:
+                j = c.post("/api/v1/jobs", json=job(who, "import time; time.sleep(0.3)", gpus)).json()
+            done[who] = handle.wait(tok, j["id"], "COMPLETED")
+        since = time.time() - 600
         with handle.client(token) as c:
-            j = c.post("/api/v1/jobs", json=job("one", "import time; time.sleep(0.3)", 2)).json()
-            done = handle.wait(token, j["id"], "COMPLETED")
-            out = c.get("/api/v1/usage", params={"by": "job", "since": time.time() - 600}).json()
-            line = c.get("/api/v1/usage/timeline", params={"since": time.time() - 600}).json()
-        assert out["rows"][0]["key"] == j["id"]
-        assert out["total"]["gpu_hours"] == pytest.approx(_hours(done, 2), rel=1e-6)
+            out = c.get("/api/v1/usage", params={"by": "job", "since": since}).json()
+            line = c.get("/api/v1/usage/timeline", params={"since": since}).json()
+            mine = c.get("/api/v1/usage", params={"by": "user", "since": since}).json()
+        with handle.client(handle.admin_token) as c:
+            every = c.get("/api/v1/usage", params={"by": "user", "since": since}).json()
+        assert {r["key"]: r["name"] for r in out["rows"]} == {done[w]["id"]: w for w in ("default", "alice", "bob")}
+        assert out["total"]["gpu_hours"] == pytest.approx(
+            _hours(done["default"], 2) + _hours(done["alice"], 1) + _hours(done["bob"], 2), rel=1e-6)
         assert max(line["busy_gpus"]) > 0
+        # A tenant's token: its own users only.
+        assert {r["key"] for r in mine["rows"]} == {"both/default", "both/alice", "both/bob"}
+        rows = {r["key"]: r for r in every["rows"]}
+        assert set(rows) == {"both/default", "both/alice", "both/bob", "rival/alice"}
+        for key, who, gpus in (("both/default", "default", 2), ("both/alice", "alice", 1), ("both/bob", "bob", 2),
+                               ("rival/alice", "rival", 1)):
+            assert rows[key]["gpu_hours"] == pytest.approx(_hours(done[who], gpus), rel=1e-6)
+            assert rows[key]["jobs"] == 1
+        assert every["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in every["rows"]))
     finally:
         handle.platform.shutdown()

@@ -1,4 +1,4 @@
-"""The dashboard's usage panel (GPU-hours by day, tenant or job) and its GPU-utilisation chart, in a real
+"""The dashboard's usage panel (GPU-hours by day, tenant, user or job) and its GPU-utilisation chart, in a real
 headless Chromium against a real platform (virtual 2x4 nodes, SQLite) after real attempts."""
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ def test_usage_table_and_utilisation_chart(platform: Platform, page: WebDriver) 
     wait_for(page, lambda d: job_id in _usage_rows(d), 20, "the usage table never showed the job")
     assert _usage_rows(page)[job_id][0] == f"{job_id} busy"
     assert page.find_element(By.ID, "usage-key").get_attribute("textContent") == "Job"
+    # by user: the submitting user, keyed tenant/user
+    Select(page.find_element(By.ID, "usage-by")).select_by_value("user")
+    wait_for(page, lambda d: "acct/default" in _usage_rows(d), 20, "the usage table never showed the user")
+    assert _usage_rows(page)["acct/default"][1] == f"{hours:.2f}"
+    assert page.find_element(By.ID, "usage-key").get_attribute("textContent") == "Tenant/user"
     # the chart: points over the hour, with 4 of the 8 GPUs busy at the peak step
     canvas = page.find_element(By.ID, "utilisation")
     wait_for(page, lambda d: int(canvas.get_attribute("data-points") or 0) > 0, 20, "the chart was never drawn")

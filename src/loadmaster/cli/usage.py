@@ -1,4 +1,4 @@
-"""`loadmaster usage`: GPU-hours used, failed and lost to preemption, by day, tenant or job (Slurm's sacct),
+"""`loadmaster usage`: GPU-hours used, failed and lost to preemption, by day, tenant, user or job (Slurm's sacct),
 from the server's store."""
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from rich.table import Table
 from loadmaster.cli.common import add_row, console, fail, print_json
 from loadmaster.cli.remote import client, remote
 
-BY = ("day", "tenant", "job")
+BY = ("day", "tenant", "user", "job")
 _AGO = re.compile(r"^(?P<n>[0-9]+(\.[0-9]+)?)(?P<unit>[smhdw])$")
 _UNIT_S = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 
@@ -45,7 +45,7 @@ def usage(
     since: Annotated[str, typer.Option("--since", help="From: 7d, 24h, 90m ago, a date (2026-11-01) or "
                                                        "date-time, or UNIX seconds.")] = "7d",
     until: Annotated[str | None, typer.Option("--until", help="To (same forms; default: now).")] = None,
-    by: Annotated[str, typer.Option("--by", help="Group by day (UTC), tenant or job.")] = "day",
+    by: Annotated[str, typer.Option("--by", help="Group by day (UTC), tenant, user (tenant/user) or job.")] = "day",
     tenant: Annotated[str | None, typer.Option("--tenant", help="Admin: one tenant's (a tenant's token sees "
                                                                 "its own).")] = None,
     as_json: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,

@@ -1,4 +1,4 @@
-"""Accounting from the store (Slurm's sacct): GPU-hours per day, tenant or job, and GPU use over time.
+"""Accounting from the store (Slurm's sacct): GPU-hours per day, tenant, user or job, and GPU use over time.
 
 Everything is read from the attempts table: an attempt held the GPUs of its allocation from its start to
 its end (an attempt still open: until now), and its outcome says what became of them:
@@ -32,7 +32,11 @@ FAILED_OUTCOMES = frozenset({"failed", "lost"})
 class UsageBy(StrEnum):
     DAY = "day"
     TENANT = "tenant"
+    USER = "user"  # keyed tenant/user: user names are a tenant's own, two tenants may both have an "alice"
     JOB = "job"
+
+
+UNKNOWN_USER = "(unknown)"  # jobs submitted before jobs recorded their user (migration 0004)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +46,7 @@ class Held:
     job_id: str
     job_name: str
     tenant: str
+    user: str
     start: float
     end: float
     gpus: int
@@ -81,14 +86,14 @@ def held(s: Session, since: float, until: float, tenant_id: int | None) -> Itera
     """The attempts that held GPUs at some moment of [since, until)."""
     # The allocation is read as text and decoded once per distinct text (a history repeats a few shapes):
     # decoding every row's JSON was most of the cost of a long history.
-    q = (select(Attempt.job_id, Job.name, Tenant.name, Attempt.started_at, Attempt.ended_at,
+    q = (select(Attempt.job_id, Job.name, Tenant.name, Job.user, Attempt.started_at, Attempt.ended_at,
                 cast(Attempt.allocation, Text), Attempt.outcome, Attempt.retry_decision, Attempt.lost_s)
          .join(Job, Attempt.job_id == Job.id).join(Tenant, Job.tenant_id == Tenant.id)
          .where(Attempt.started_at < until, or_(Attempt.ended_at.is_(None), Attempt.ended_at > since)))
     if tenant_id is not None:
         q = q.where(Job.tenant_id == tenant_id)
     gpus_by_text: dict[str | None, int] = {None: 0, "null": 0}
-    for job_id, name, tenant, started, ended, text, outcome, decision, lost_s in s.connection().execute(q):
+    for job_id, name, tenant, user, started, ended, text, outcome, decision, lost_s in s.connection().execute(q):
         gpus = gpus_by_text.get(text)
         if gpus is None:
             gpus = gpus_by_text[text] = gpus_of(json.loads(text))
@@ -97,7 +102,7 @@ def held(s: Session, since: float, until: float, tenant_id: int | None) -> Itera
         start, end = max(started, since), min(until if ended is None else ended, until)
         if end > start:
             lost_from = ended - lost_s if ended is not None and lost_s is not None else math.inf
-            yield Held(job_id, name, tenant, start, end, gpus, outcome in FAILED_OUTCOMES,
+            yield Held(job_id, name, tenant, user, start, end, gpus, outcome in FAILED_OUTCOMES,
                        decision is not None and decision.startswith(PREEMPTED), lost_from)
 
 
@@ -112,8 +117,16 @@ def _days(start: float, end: float) -> Iterator[tuple[str, float, float]]:
         at = cut
 
 
+def _key(h: Held, by: UsageBy) -> str:
+    if by is UsageBy.TENANT:
+        return h.tenant
+    if by is UsageBy.USER:
+        return f"{h.tenant}/{h.user or UNKNOWN_USER}"
+    return h.job_id
+
+
 def summarise(holds: Iterable[Held], by: UsageBy) -> tuple[list[Usage], Usage]:
-    """Rows by `by` (days in order; tenants and jobs by GPU-hours, most first) and the total."""
+    """Rows by `by` (days in order; tenants, users and jobs by GPU-hours, most first) and the total."""
     rows: dict[str, Usage] = {}
     jobs: dict[str, set[str]] = {}
     total = Usage("total")
@@ -125,7 +138,7 @@ def summarise(holds: Iterable[Held], by: UsageBy) -> tuple[list[Usage], Usage]:
         if by is UsageBy.DAY:
             pieces = [(day, a, b) for day, a, b in _days(h.start, h.end)]
         else:
-            pieces = [(h.tenant if by is UsageBy.TENANT else h.job_id, h.start, h.end)]
+            pieces = [(_key(h, by), h.start, h.end)]
         for key, a, b in pieces:
             row = rows.setdefault(key, Usage(key))
             row.add(h, a, b)

@@ -1,4 +1,4 @@
-"""/api/v1/usage: GPU-hours used, failed and preempted per day, tenant or job (platform/usage.py), and busy
+"""/api/v1/usage: GPU-hours used, failed and preempted per day, tenant, user or job (platform/usage.py), and busy
 GPUs over time (the dashboard's utilisation chart). A tenant's token sees its own; the admin's, every
 tenant's or one's."""
 
@@ -22,7 +22,7 @@ MAX_POINTS = 2000
 
 
 class UsageRow(BaseModel):
-    key: str  # the day (YYYY-MM-DD, UTC), the tenant's name or the job's id
+    key: str  # the day (YYYY-MM-DD, UTC), the tenant's name, tenant/user or the job's id
     name: str | None = None  # by job: the job's name
     gpu_hours: float
     failed_gpu_hours: float  # attempts that failed or were lost
@@ -75,10 +75,12 @@ def _tenant(ctx: ApiContext, who: Principal, tenant: str | None) -> tuple[int | 
 
 
 @router.get("", response_model=UsageOut, responses=responses(401, 403, 404, 422),
-            summary="GPU-hours used, failed, preempted and lost to preemption, by day, tenant or job (Slurm's sacct)")
+            summary="GPU-hours used, failed, preempted and lost to preemption, by day, tenant, user or job "
+                    "(Slurm's sacct)")
 def usage_report(ctx: Ctx, who: Who, since: Since = None, until: Until = None, tenant: TenantQ = None,
-                 by: Annotated[usage.UsageBy, Query(description="Group by day (UTC), tenant or job.")] =
-                 usage.UsageBy.DAY) -> UsageOut:
+                 by: Annotated[usage.UsageBy, Query(description="Group by day (UTC), tenant, user (keyed "
+                                                                "tenant/user) or job.")] = usage.UsageBy.DAY
+                 ) -> UsageOut:
     start, end = _window(ctx, since, until)
     tenant_id, tenant_name = _tenant(ctx, who, tenant)
     with ctx.store.session() as s:

@@ -25,6 +25,10 @@
     queue: () => `${API}/queue`,
     cluster: () => `${API}/cluster`,
     tenants: () => `${API}/tenants`,
+    tenant: (name) => `${API}/tenants/${encodeURIComponent(name)}`,
+    tokens: (name) => `${API}/tenants/${encodeURIComponent(name)}/tokens`,
+    userTokens: (name, user) => `${API}/tenants/${encodeURIComponent(name)}/tokens/${encodeURIComponent(user)}`,
+    rotate: (name, user) => `${API}/tenants/${encodeURIComponent(name)}/tokens/${encodeURIComponent(user)}/rotate`,
     usage: (q) => `${API}/usage?${new URLSearchParams(q)}`,
     timeline: (q) => `${API}/usage/timeline?${new URLSearchParams(q)}`,
   };
@@ -158,6 +162,8 @@
     page: { before: null, newer: [], next: null },
     pageSize: Math.min(500, Math.max(5, Number(params.get("pageSize")) || 50)),
     metrics: null, // the detail's charts: {job, attempts: {n: {offset, size, done}}, records: [...], drawn}
+    tenants: [], // the admin's last tenant list (TenantOut), to fill the edit form from
+    managed: null, // {name, roots: the roots text the edit form was filled with} of the tenant being managed
   };
 
   // ---- login -----------------------------------------------------------------------------------------------
@@ -192,6 +198,9 @@
     $("tenants-panel").hidden = !state.me.admin;
     $("filter-tenant-label").hidden = $("submit-tenant-label").hidden = !state.me.admin;
     state.rendered = {};
+    hideToken();
+    closeManage();
+    showTenantsMessage("", "");
     state.filters = { status: "", name: "", tenant: "" };
     state.page = { before: null, newer: [], next: null };
     for (const id of ["filter-status", "filter-name", "filter-tenant"]) $(id).value = "";
@@ -205,6 +214,8 @@
     state.token = null;
     state.me = null;
     state.usageDirty = true; // the next token's usage is read at once
+    hideToken(); // a new tenant's token never outlives the admin's session on the page
+    closeManage();
     history.replaceState(null, "", location.pathname + location.search);
     showLogin("");
   }
@@ -456,7 +467,7 @@
 
   function renderUsage(payload) {
     const by = payload.by;
-    $("usage-key").textContent = { day: "Day (UTC)", tenant: "Tenant", job: "Job" }[by] || by;
+    $("usage-key").textContent = { day: "Day (UTC)", tenant: "Tenant", user: "Tenant/user", job: "Job" }[by] || by;
     const row = (r, total) => el("tr", { "data-key": r.key, class: total ? "total" : null },
       el("td", { class: by === "job" && !total ? "mono" : null }, by === "job" && !total ?
         el("a", { href: `#job=${r.key}`, class: "job-link" }, r.key) : r.key, r.name ? ` ${r.name}` : ""),
@@ -486,15 +497,228 @@
   }
 
   // ---- tenants (admin) -------------------------------------------------------------------------------------
+  // Create, edit (quota, borrowing, roots), delete, and each user's tokens: issue, rotate, revoke. The server
+  // checks everything; its refusal (a 409 for a tenant with unfinished jobs, a 422 naming the field) is shown
+  // as it answered. A new token is shown once, in a box of its own, until the admin hides it.
+  const fmtRoots = (roots) => (roots || []).map((r) => `${r.path}:${r.writable ? "rw" : "ro"}`).join("\n");
+
   function renderTenants(payload) {
-    const rows = (payload.tenants || []).map((t) => el("tr", { "data-tenant": t.name },
+    state.tenants = payload.tenants || [];
+    const managed = state.managed && state.managed.name;
+    const rows = state.tenants.map((t) => el("tr", { "data-tenant": t.name, class: t.name === managed ? "selected" : null },
       el("td", {}, t.name),
       el("td", {}, t.gpu_quota),
       el("td", {}, t.borrow_limit ?? "any idle GPU"),
       el("td", {}, t.gpus_in_use),
       el("td", {}, t.jobs_running),
-      el("td", {}, t.jobs_queued)));
-    fillTable($("tenants"), rows, "No tenants yet: create one with `loadmaster tenant create`.", 6);
+      el("td", {}, t.jobs_queued),
+      el("td", { class: "mono" }, fmtRoots(t.roots).replaceAll("\n", ", ") || "—"),
+      el("td", {}, el("span", { class: "row-actions" }, el("button", {
+        type: "button", "data-action": "manage", title: `edit tenant ${t.name}, its users and tokens`,
+        onclick: () => openManage(t.name),
+      }, "manage")))));
+    fillTable($("tenants"), rows, "No tenants yet: create one below (or with `loadmaster tenant create`).", 8);
+  }
+
+  function showTenantsMessage(error, result) {
+    $("tenants-error").hidden = !error;
+    $("tenants-error").textContent = error || "";
+    $("tenants-result").textContent = result || "";
+    if (error) $("tenants-error").scrollIntoView({ block: "nearest" });
+  }
+
+  function showToken(title, token) {
+    $("new-token-title").textContent = title;
+    $("new-token-copy").textContent = "Copy";
+    $("new-token-value").value = token;
+    $("new-token").hidden = false;
+    $("new-token").scrollIntoView({ block: "nearest" });
+    $("new-token-value").select();
+  }
+
+  function hideToken() {
+    $("new-token").hidden = true;
+    $("new-token-value").value = "";
+    $("new-token-title").textContent = "";
+  }
+
+  async function copyToken() {
+    const input = $("new-token-value");
+    input.select();
+    try {
+      await navigator.clipboard.writeText(input.value);
+      $("new-token-copy").textContent = "Copied";
+    } catch {
+      // No clipboard access (an insecure origin, a denied permission): the text is selected for Ctrl+C.
+      $("new-token-copy").textContent = "Selected: press Ctrl+C";
+    }
+  }
+
+  // One admin action: its button held down meanwhile, its outcome or the server's refusal shown, then the
+  // lists read again (the tenants table at once; the users table when it is open).
+  async function tenantAction(button, what, call) {
+    if (button) button.disabled = true;
+    showTenantsMessage("", "");
+    try {
+      const result = await call();
+      if (result) showTenantsMessage("", result);
+    } catch (err) {
+      showTenantsMessage(`${what} failed: ${err.message}`, "");
+    } finally {
+      if (button) button.disabled = false;
+    }
+    if (state.managed) await loadUsers(state.managed.name);
+    delete state.rendered.tenants;
+    await refresh();
+  }
+
+  // A number field as typed: blank is `blank`, digits a number, anything else goes as text, so that the
+  // server's refusal names the field.
+  function numberField(id, blank) {
+    const text = $(id).value.trim();
+    if (text === "") return blank;
+    return /^\d+$/.test(text) ? Number(text) : text;
+  }
+
+  // Roots as `tenant set-roots --root` takes them: PATH:ro or PATH:rw, one a line.
+  function parseRoots(text) {
+    const roots = [];
+    text.split("\n").map((l) => l.trim()).forEach((line, i) => {
+      if (!line) return;
+      const cut = line.lastIndexOf(":");
+      const [path, mode] = [line.slice(0, cut), line.slice(cut + 1)];
+      if (cut <= 0 || !["ro", "rw"].includes(mode)) {
+        throw new ApiError(0, `roots, line ${i + 1} (${line}): write PATH:ro or PATH:rw`);
+      }
+      roots.push({ path, writable: mode === "rw" });
+    });
+    return roots;
+  }
+
+  function createTenant(event) {
+    event.preventDefault();
+    const name = $("create-name").value.trim();
+    const body = { name, gpus: numberField("create-gpus", undefined), borrow: numberField("create-borrow", null),
+      user: $("create-user").value.trim() || "default" };
+    tenantAction($("create-button"), `creating tenant ${name || "(no name)"}`, async () => {
+      const out = await api("POST", ROUTES.tenants(), body);
+      showToken(`Tenant ${out.tenant.name} created. API token of its user ${body.user}:`, out.token);
+      for (const id of ["create-name", "create-gpus", "create-borrow"]) $(id).value = "";
+      $("create-user").value = "default";
+      return `tenant ${out.tenant.name} created with a quota of ${out.tenant.gpu_quota} GPUs`;
+    });
+  }
+
+  function openManage(name) {
+    const tenant = state.tenants.find((t) => t.name === name);
+    if (!tenant) return;
+    state.managed = { name, roots: fmtRoots(tenant.roots) };
+    $("manage-name").textContent = name;
+    $("edit-gpus").value = String(tenant.gpu_quota);
+    $("edit-borrow").value = tenant.borrow_limit === null ? "" : String(tenant.borrow_limit);
+    $("edit-roots").value = state.managed.roots;
+    $("issue-user").value = "default";
+    $("issue-days").value = "";
+    fillTable($("tenant-users"), [], "…", 5);
+    $("tenant-manage").hidden = false;
+    for (const row of document.querySelectorAll("#tenants tbody tr")) row.classList.toggle("selected", row.dataset.tenant === name);
+    showTenantsMessage("", "");
+    loadUsers(name);
+  }
+
+  function closeManage() {
+    state.managed = null;
+    $("tenant-manage").hidden = true;
+    for (const row of document.querySelectorAll("#tenants tbody tr.selected")) row.classList.remove("selected");
+  }
+
+  async function loadUsers(name) {
+    let out;
+    try {
+      out = await api("GET", ROUTES.tokens(name));
+    } catch (err) {
+      if (state.managed && state.managed.name === name) {
+        fillTable($("tenant-users"), [], `Cannot list the users: ${err.message}`, 5);
+      }
+      return;
+    }
+    if (!state.managed || state.managed.name !== name) return; // another tenant was opened meanwhile
+    const rows = out.users.map((u) => el("tr", { "data-user": u.user },
+      el("td", { class: "mono" }, u.user),
+      el("td", {}, u.tokens),
+      el("td", {}, fmtTime(u.created_at)),
+      el("td", {}, u.expires_at === null ? "never (until revoked)" :
+        `${fmtTime(u.expires_at)}${u.expires_at <= Date.now() / 1000 ? " (expired)" : ""}`),
+      el("td", {}, el("span", { class: "row-actions" },
+        el("button", { type: "button", "data-action": "rotate", title: `replace ${u.user}'s tokens by a new one`,
+          onclick: (event) => rotateToken(name, u.user, event.currentTarget) }, "rotate"),
+        el("button", { type: "button", class: "danger", "data-action": "revoke", title: `revoke ${u.user}'s tokens`,
+          onclick: (event) => revokeTokens(name, u.user, event.currentTarget) }, "revoke")))));
+    fillTable($("tenant-users"), rows, "No user has a token: issue one below.", 5);
+  }
+
+  function saveTenant(event) {
+    event.preventDefault();
+    const { name, roots } = state.managed;
+    const body = { borrow: numberField("edit-borrow", null) };
+    const gpus = numberField("edit-gpus", undefined);
+    if (gpus !== undefined) body.gpus = gpus;
+    tenantAction($("edit-save"), `saving tenant ${name}`, async () => {
+      // Roots are sent only when edited, so a quota change does not rewrite them (nor log them in the audit).
+      if ($("edit-roots").value.trim() !== roots.trim()) body.roots = parseRoots($("edit-roots").value);
+      const out = await api("PATCH", ROUTES.tenant(name), body);
+      if (state.managed && state.managed.name === name) state.managed.roots = fmtRoots(out.roots);
+      return `tenant ${name}: quota ${out.gpu_quota} GPUs, borrow limit ` +
+        `${out.borrow_limit ?? "none"}, roots ${fmtRoots(out.roots).replaceAll("\n", ", ") || "none"}`;
+    });
+  }
+
+  function issueToken(event) {
+    event.preventDefault();
+    const { name } = state.managed;
+    const user = $("issue-user").value.trim() || "default";
+    tenantAction($("issue-button"), `issuing a token for ${name}/${user}`, async () => {
+      const days = $("issue-days").value.trim();
+      const body = { user };
+      if (days) {
+        if (!/^\d+(\.\d+)?$/.test(days) || Number(days) <= 0) {
+          throw new ApiError(0, `expires in ${days} days: give a number of days above 0, or nothing for a token ` +
+            "that lives until revoked");
+        }
+        body.expires_in_s = Number(days) * 86400;
+      }
+      const out = await api("POST", ROUTES.tokens(name), body);
+      showToken(`New API token of ${out.tenant}/${out.user}` +
+        (out.expires_at ? ` (expires ${fmtTime(out.expires_at)}):` : ":"), out.token);
+      return `token issued for ${out.tenant}/${out.user}`;
+    });
+  }
+
+  function rotateToken(name, user, button) {
+    if (!window.confirm(`Rotate ${name}/${user}'s token? Its old tokens stop working at once.`)) return;
+    tenantAction(button, `rotating ${name}/${user}'s token`, async () => {
+      const out = await api("POST", ROUTES.rotate(name, user));
+      showToken(`New API token of ${out.tenant}/${out.user} (the old ones no longer work):`, out.token);
+      return `${out.tenant}/${out.user}'s token rotated`;
+    });
+  }
+
+  function revokeTokens(name, user, button) {
+    if (!window.confirm(`Revoke every token of ${name}/${user}? They stop working at once.`)) return;
+    tenantAction(button, `revoking ${name}/${user}'s tokens`, async () => {
+      const out = await api("DELETE", ROUTES.userTokens(name, user));
+      return `${out.revoked} token(s) of ${out.tenant}/${out.user} revoked`;
+    });
+  }
+
+  function deleteTenant() {
+    const { name } = state.managed;
+    if (!window.confirm(`Delete tenant ${name}, its tokens and its finished jobs' records? This cannot be undone.`)) return;
+    tenantAction($("tenant-delete"), `deleting tenant ${name}`, async () => {
+      const out = await api("DELETE", ROUTES.tenant(name));
+      closeManage();
+      return `tenant ${out.tenant} deleted (${out.jobs_deleted} finished jobs' records with it)`;
+    });
   }
 
   // ---- job detail ------------------------------------------------------------------------------------------
@@ -915,6 +1139,13 @@
         timer = setTimeout(setFilters, 300);
       });
     }
+    $("tenant-create").addEventListener("submit", createTenant);
+    $("tenant-edit").addEventListener("submit", saveTenant);
+    $("token-issue").addEventListener("submit", issueToken);
+    $("tenant-delete").addEventListener("click", deleteTenant);
+    $("manage-close").addEventListener("click", closeManage);
+    $("new-token-copy").addEventListener("click", copyToken);
+    $("new-token-dismiss").addEventListener("click", hideToken);
     $("page-older").addEventListener("click", olderPage);
     $("page-newer").addEventListener("click", newerPage);
     $("refresh").addEventListener("click", refresh);
