@@ -42,6 +42,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Server]:
         with running_server(f"sqlite:///{root / 'loadmaster.db'}", root / "server", grace_s=10.0) as srv:
             srv.tokens = {RESEARCH: srv.tenant(RESEARCH, gpus=0, borrow=8),  # type: ignore[attr-defined]
                           PROD: srv.tenant(PROD, gpus=8, borrow=0)}
+            for tenant in (RESEARCH, PROD):  # the scripts run from this checkout: a root the admin allows
+                done = srv.cli("tenant", "set-roots", tenant, "--root", f"{REPO}:ro")
+                assert done.returncode == 0, done.stdout + done.stderr
             yield srv
 
 

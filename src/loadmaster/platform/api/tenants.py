@@ -164,7 +164,7 @@ def delete(name: TenantName, ctx: Ctx, who: Admin) -> TenantDeleted:
 
 
 @router.post("/tenants/{name}/tokens", status_code=201, response_model=TokenOut,
-             responses=responses(401, 403, 404, 422),
+             responses=responses(400, 401, 403, 404, 422),
              summary="Issue a token for one of a tenant's users (a new user, or another token); shown this once")
 def new_token(name: TenantName, ctx: Ctx, who: Admin, body: TokenIn | None = None) -> TokenOut:
     body = body or TokenIn()
@@ -191,7 +191,7 @@ def users(name: TenantName, ctx: Ctx, _who: Admin) -> UserList:
 
 
 @router.post("/tenants/{name}/tokens/{user}/rotate", status_code=201, response_model=TokenOut,
-             responses=responses(401, 403, 404, 422),
+             responses=responses(400, 401, 403, 404, 422),
              summary="Replace a user's tokens by a new one (the old fail from the next request)")
 def rotate(name: TenantName, user: UserName, ctx: Ctx, who: Admin, body: TokenIn | None = None) -> TokenOut:
     expires_in = body.expires_in_s if body is not None else None
