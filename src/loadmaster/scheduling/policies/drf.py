@@ -31,6 +31,7 @@ from itertools import takewhile
 from typing import overload
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
@@ -82,6 +83,8 @@ class DrfGate(Gate):
         self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
         self._levels: dict[str, tuple[int, float]] = {}
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+        # Has a victim been released in this round (remove())? Until then usage has only grown.
+        self.released = False
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -156,6 +159,7 @@ class DrfGate(Gate):
         self._move(s.tenant, (float(n * per[0]), n * per[1], n * per[2]), 1.0)
 
     def remove(self, job: JobView) -> None:
+        self.released = True
         a = job.allocation
         assert a is not None
         n = a.learners
@@ -250,6 +254,7 @@ class _SkippingProgressiveOrder:
     class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
 
     def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass]) -> None:
+        self.gate = gate
         self.share = gate.share
         self.groups = groups
         self.class_of = class_of
@@ -258,18 +263,69 @@ class _SkippingProgressiveOrder:
         heapq.heapify(self.heap)
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
+        # Classes answered NO_CAPACITY without a visit (_prune), skipped like answered ones while no victim has
+        # been released in this round; `seen`: those the walk has passed, `hit`: ... since the last start.
+        self.pruned: set[JobClass] = self._prune(gate, groups)
+        self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
+        self.seen: set[JobClass] = set()
+        self.hit: set[JobClass] = set()
+        self.settled: list[tuple[JobClass, WaitReason]] = []
+
+    @staticmethod
+    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group]) -> set[JobClass]:
+        """The classes whose every visit in this round fails with NO_CAPACITY, as long as no victim is
+        released: a gang larger than the round's free GPUs (which only shrink as jobs start), of a tenant
+        that may not displace anyone (outside its entitlement, which its own starts only take it further
+        from). Under overload that is most classes, and decide() would answer each at every decision."""
+        free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
+        pruned: set[JobClass] = set()
+        for group in groups.values():
+            for cls in group.classes:
+                if cls.solo is not None:
+                    continue  # rejected, or elastic: answered on its own
+                spec = cls.views[0].spec
+                if spec.learners * spec.gpus_per_learner > free + 1e-9 and not gate.within_entitlement(cls.views[0]):
+                    pruned.add(cls)
+        return pruned
 
     def answered(self, cls: JobClass) -> None:
         self.answered_since.add(cls)
+        self.skip.add(cls)
 
     def started(self, cls: JobClass, i: int, order: Key, key: Key) -> None:
         self.answered_since.clear()
+        self.hit.clear()
+        self.skip = set(self.pruned)
+
+    def _unprune(self) -> None:
+        """A victim was released: capacity or a tenant's share may have moved back, so pruned classes are
+        walked again. Those passed already were answered NO_CAPACITY (settled), and those passed since the
+        last start stay answered until the next one, as a visit would have left them."""
+        self.settled += [(cls, WaitReason.NO_CAPACITY) for cls in self.seen]
+        self.answered_since |= self.hit
+        self.pruned.clear()
+        self.seen.clear()
+        self.hit.clear()
+        self.skip = set(self.answered_since)
+
+    def _passed(self, group: Group, i: int, end: int) -> None:
+        """The walk skips positions [i, end) of the group: pruned classes with a job there count as visited."""
+        keys = group.keys
+        lo = keys[i]
+        for cls in group.classes:
+            if cls in self.pruned and cls not in self.hit:
+                j = bisect_left(cls.keys, lo)
+                if j < len(cls.keys) and (end == len(keys) or cls.keys[j] < keys[end]):
+                    self.hit.add(cls)
+                    self.seen.add(cls)
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         heap = self.heap
         if self.handed is not None:
             self._after(*self.handed)
             self.handed = None
+        if self.pruned and self.gate.released:
+            self._unprune()
         while (top := _current_top(heap, self.share)) is not None:
             tier, level, _, t, i = top
             group = self.groups[t]
@@ -277,16 +333,23 @@ class _SkippingProgressiveOrder:
             if p > i:
                 end = self._stays_on_top(group, i, top)
                 if p >= end:  # every job it would hand out before leaving the top is answered
+                    if self.pruned:
+                        self._passed(group, i, end)
                     if end == len(group.keys):
                         heapq.heappop(heap)
                     else:
                         heapq.heapreplace(heap, (tier, level, _submit(group.keys[end]), t, end))
                     continue
+                if self.pruned:
+                    self._passed(group, i, p)
                 heap[0] = (tier, level, _submit(group.keys[p]), t, p)
             self.handed = (t, p)
             key = group.keys[p]
             cls = self.class_of(group.views[p].job_id)
             return cls, bisect_left(cls.keys, key), (), key
+        if self.pruned:  # the walk passed every job: the classes still pruned were answered
+            self.settled += [(cls, WaitReason.NO_CAPACITY) for cls in self.pruned]
+            self.pruned.clear()
         return None
 
     def _after(self, t: str, i: int) -> None:
@@ -305,7 +368,7 @@ class _SkippingProgressiveOrder:
         """The first position at or after i in the tenant's queue whose class has not been answered."""
         first = len(group.keys)
         at = group.keys[i]
-        answered = self.answered_since
+        answered = self.skip
         for cls in group.classes:
             if cls in answered:
                 continue
