@@ -83,6 +83,8 @@ class DrfGate(Gate):
         self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
         self._levels: dict[str, tuple[int, float]] = {}
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+        self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
+        self._dom: dict[str, float] = {}  # tenant -> dominant share
         # Has a victim been released in this round (remove())? Until then usage has only grown.
         self.released = False
 
@@ -110,13 +112,29 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
+    def _dominant_now(self, tenant: str) -> float:
+        """dominant(tenant), cached until the tenant's usage changes (share() and over() both ask)."""
+        d = self._dom.get(tenant)
+        if d is None:
+            d = self._dom[tenant] = self.dominant(tenant)
+        return d
+
+    def over(self, tenant: str) -> bool:
+        """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
+        dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
+        over = self._over.get(tenant)
+        if over is None:
+            w = self.weight.get(tenant, 0.0)
+            over = self._over[tenant] = not (w > 0 and self._dominant_now(tenant) <= (self.fair_level + _EPS) * w)
+        return over
+
     def share(self, tenant: str) -> tuple[int, float]:
         """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
         Cached until the tenant's usage changes: progressive filling asks for it at every step."""
         level = self._levels.get(tenant)
         if level is None:
             w = self.weight.get(tenant, 0.0)
-            d = self.dominant(tenant)
+            d = self._dominant_now(tenant)
             level = self._levels[tenant] = (0, d / w) if w > 0 else (1, d)
         return level
 
@@ -124,6 +142,8 @@ class DrfGate(Gate):
         """Would the job's tenant stay within its entitled dominant share if the job started?"""
         s = job.spec
         t = s.tenant
+        if self.over(t):
+            return False
         fits = self._fits.setdefault(t, {})
         shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
         ok = fits.get(shape)
@@ -144,6 +164,8 @@ class DrfGate(Gate):
             u[i] += sign * amount[i]
         self._levels.pop(tenant, None)
         self._fits.pop(tenant, None)
+        self._over.pop(tenant, None)
+        self._dom.pop(tenant, None)
 
     def add(self, job: JobView, learners: int | None = None) -> None:
         # Per learner: what a running job's allocation holds, else the request. `learners` may be only part
@@ -264,11 +286,12 @@ class _SkippingProgressiveOrder:
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
         # Classes answered NO_CAPACITY without a visit (_prune), skipped like answered ones while no victim has
-        # been released in this round; `seen`: those the walk has passed, `hit`: ... since the last start.
+        # been released in this round. Which of them the walk has passed (so a visit would have answered
+        # them) follows from each tenant's position in its queue, now and at the last start.
         self.pruned: set[JobClass] = self._prune(gate, groups)
         self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
-        self.seen: set[JobClass] = set()
-        self.hit: set[JobClass] = set()
+        self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
+        self.pos_at_start: dict[str, int] = {}
         self.settled: list[tuple[JobClass, WaitReason]] = []
 
     @staticmethod
@@ -279,12 +302,14 @@ class _SkippingProgressiveOrder:
         from). Under overload that is most classes, and decide() would answer each at every decision."""
         free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
         pruned: set[JobClass] = set()
-        for group in groups.values():
+        for t, group in groups.items():
+            over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
                 spec = cls.views[0].spec
-                if spec.learners * spec.gpus_per_learner > free + 1e-9 and not gate.within_entitlement(cls.views[0]):
+                if spec.learners * spec.gpus_per_learner > free + 1e-9 and (
+                        over or not gate.within_entitlement(cls.views[0])):
                     pruned.add(cls)
         return pruned
 
@@ -294,30 +319,26 @@ class _SkippingProgressiveOrder:
 
     def started(self, cls: JobClass, i: int, order: Key, key: Key) -> None:
         self.answered_since.clear()
-        self.hit.clear()
-        self.skip = set(self.pruned)
+        if self.pruned:
+            self.pos_at_start = dict(self.pos)
+            self.skip = set(self.pruned)
+        else:
+            self.skip = set()
 
     def _unprune(self) -> None:
         """A victim was released: capacity or a tenant's share may have moved back, so pruned classes are
         walked again. Those passed already were answered NO_CAPACITY (settled), and those passed since the
         last start stay answered until the next one, as a visit would have left them."""
-        self.settled += [(cls, WaitReason.NO_CAPACITY) for cls in self.seen]
-        self.answered_since |= self.hit
+        for cls in self.pruned:
+            t = str(cls.group)
+            keys = self.groups[t].keys
+            now = self.pos.get(t, 0)
+            if _has_key_between(cls.keys, keys, 0, now):
+                self.settled.append((cls, WaitReason.NO_CAPACITY))
+                if _has_key_between(cls.keys, keys, self.pos_at_start.get(t, 0), now):
+                    self.answered_since.add(cls)
         self.pruned.clear()
-        self.seen.clear()
-        self.hit.clear()
         self.skip = set(self.answered_since)
-
-    def _passed(self, group: Group, i: int, end: int) -> None:
-        """The walk skips positions [i, end) of the group: pruned classes with a job there count as visited."""
-        keys = group.keys
-        lo = keys[i]
-        for cls in group.classes:
-            if cls in self.pruned and cls not in self.hit:
-                j = bisect_left(cls.keys, lo)
-                if j < len(cls.keys) and (end == len(keys) or cls.keys[j] < keys[end]):
-                    self.hit.add(cls)
-                    self.seen.add(cls)
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         heap = self.heap
@@ -333,16 +354,14 @@ class _SkippingProgressiveOrder:
             if p > i:
                 end = self._stays_on_top(group, i, top)
                 if p >= end:  # every job it would hand out before leaving the top is answered
-                    if self.pruned:
-                        self._passed(group, i, end)
+                    self.pos[t] = end
                     if end == len(group.keys):
                         heapq.heappop(heap)
                     else:
                         heapq.heapreplace(heap, (tier, level, _submit(group.keys[end]), t, end))
                     continue
-                if self.pruned:
-                    self._passed(group, i, p)
                 heap[0] = (tier, level, _submit(group.keys[p]), t, p)
+            self.pos[t] = p
             self.handed = (t, p)
             key = group.keys[p]
             cls = self.class_of(group.views[p].job_id)
@@ -358,6 +377,7 @@ class _SkippingProgressiveOrder:
         heap = self.heap
         group = self.groups[t]
         i += 1
+        self.pos[t] = i
         if i == len(group.keys):
             heapq.heappop(heap)
             return
@@ -394,6 +414,14 @@ class _SkippingProgressiveOrder:
         first = (bisect_right(group.keys, submit, key=_submit) if t < bound[3]
                  else bisect_left(group.keys, submit, key=_submit))
         return max(i + 1, first)
+
+
+def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
+    """Does `keys` (a class's, sorted) hold a key of queue[a:b] (its tenant's queue, sorted)?"""
+    if a >= b:
+        return False
+    j = bisect_left(keys, queue[a])
+    return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
 def _submit(key: Key) -> float:
