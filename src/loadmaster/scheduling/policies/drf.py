@@ -85,8 +85,10 @@ class DrfGate(Gate):
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
         self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
         self._dom: dict[str, float] = {}  # tenant -> dominant share
-        # Has a victim been released in this round (remove())? Until then usage has only grown.
+        # Has a victim been released in this round (remove())? Until then usage has only grown, and the free
+        # GPUs have only fallen, by the GPUs of the jobs started.
         self.released = False
+        self.started_gpus = 0
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -178,6 +180,7 @@ class DrfGate(Gate):
         else:
             per = (s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
             n = s.learners if learners is None else learners
+            self.started_gpus += n * per[0]
         self._move(s.tenant, (float(n * per[0]), n * per[1], n * per[2]), 1.0)
 
     def remove(self, job: JobView) -> None:
@@ -285,32 +288,41 @@ class _SkippingProgressiveOrder:
         heapq.heapify(self.heap)
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
-        # Classes answered NO_CAPACITY without a visit (_prune), skipped like answered ones while no victim has
-        # been released in this round. Which of them the walk has passed (so a visit would have answered
-        # them) follows from each tenant's position in its queue, now and at the last start.
-        self.pruned: set[JobClass] = self._prune(gate, groups)
+        # Classes answered without a visit (_prune), with the answer, skipped like answered ones while no
+        # victim has been released in this round. Which of them the walk has passed (so a visit would have
+        # answered them) follows from each tenant's position in its queue, now and at the last start.
+        self.free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
+        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free)
         self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
         self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
         self.pos_at_start: dict[str, int] = {}
         self.settled: list[tuple[JobClass, WaitReason]] = []
 
     @staticmethod
-    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group]) -> set[JobClass]:
-        """The classes whose every visit in this round fails with NO_CAPACITY, as long as no victim is
-        released: a gang larger than the round's free GPUs (which only shrink as jobs start), of a tenant
-        that may not displace anyone (outside its entitlement, which its own starts only take it further
-        from). Under overload that is most classes, and decide() would answer each at every decision."""
-        free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
-        pruned: set[JobClass] = set()
+    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float) -> dict[JobClass, WaitReason]:
+        """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
+        tenant that may not displace anyone (outside its entitlement, which its own starts only take it
+        further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
+        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not (until starts
+        take the free GPUs below the gang: started() then walks the class again). Under overload that is
+        most classes, and decide() would answer each at every decision."""
+        free_gpus = gate.snap.free_gpus
+        largest = float(free_gpus.max()) if free_gpus.size else 0.0  # FreeCapacity.max_node_gpus
+        pruned: dict[JobClass, WaitReason] = {}
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
                 spec = cls.views[0].spec
-                if spec.learners * spec.gpus_per_learner > free + 1e-9 and (
-                        over or not gate.within_entitlement(cls.views[0])):
-                    pruned.add(cls)
+                if spec.learners * spec.gpus_per_learner > free + 1e-9:
+                    reason = WaitReason.NO_CAPACITY
+                elif spec.gpus_per_learner > largest + 1e-9:
+                    reason = WaitReason.FRAGMENTATION
+                else:
+                    continue
+                if over or not gate.within_entitlement(cls.views[0]):
+                    pruned[cls] = reason
         return pruned
 
     def answered(self, cls: JobClass) -> None:
@@ -321,24 +333,32 @@ class _SkippingProgressiveOrder:
         self.answered_since.clear()
         if self.pruned:
             self.pos_at_start = dict(self.pos)
+            # A class pruned as FRAGMENTATION whose gang no longer fits in the free GPUs would now answer
+            # NO_CAPACITY: it is walked again (the Session learns the new reason from that visit).
+            free = self.free - self.gate.started_gpus
+            moved = [c for c, r in self.pruned.items()
+                     if r is WaitReason.FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
+            if moved:
+                self._unprune(moved)
             self.skip = set(self.pruned)
         else:
             self.skip = set()
 
-    def _unprune(self) -> None:
-        """A victim was released: capacity or a tenant's share may have moved back, so pruned classes are
-        walked again. Those passed already were answered NO_CAPACITY (settled), and those passed since the
-        last start stay answered until the next one, as a visit would have left them."""
-        for cls in self.pruned:
+    def _unprune(self, classes: Iterable[JobClass]) -> None:
+        """Pruned classes walked again (a victim was released: capacity or a tenant's share may have moved
+        back; or a FRAGMENTATION class's answer changes). Those passed already were given their answer
+        (settled), and those passed since the last start stay answered until the next one, as a visit
+        would have left them."""
+        for cls in list(classes):
+            reason = self.pruned.pop(cls)
             t = str(cls.group)
             keys = self.groups[t].keys
             now = self.pos.get(t, 0)
             if _has_key_between(cls.keys, keys, 0, now):
-                self.settled.append((cls, WaitReason.NO_CAPACITY))
+                self.settled.append((cls, reason))
                 if _has_key_between(cls.keys, keys, self.pos_at_start.get(t, 0), now):
                     self.answered_since.add(cls)
-        self.pruned.clear()
-        self.skip = set(self.answered_since)
+        self.skip = self.answered_since | set(self.pruned)
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         heap = self.heap
@@ -346,7 +366,7 @@ class _SkippingProgressiveOrder:
             self._after(*self.handed)
             self.handed = None
         if self.pruned and self.gate.released:
-            self._unprune()
+            self._unprune(self.pruned)
         while (top := _current_top(heap, self.share)) is not None:
             tier, level, _, t, i = top
             group = self.groups[t]
@@ -367,7 +387,7 @@ class _SkippingProgressiveOrder:
             cls = self.class_of(group.views[p].job_id)
             return cls, bisect_left(cls.keys, key), (), key
         if self.pruned:  # the walk passed every job: the classes still pruned were answered
-            self.settled += [(cls, WaitReason.NO_CAPACITY) for cls in self.pruned]
+            self.settled += list(self.pruned.items())
             self.pruned.clear()
         return None
 
@@ -414,6 +434,11 @@ class _SkippingProgressiveOrder:
         first = (bisect_right(group.keys, submit, key=_submit) if t < bound[3]
                  else bisect_left(group.keys, submit, key=_submit))
         return max(i + 1, first)
+
+
+def _gang_gpus(cls: JobClass) -> int:
+    spec = cls.views[0].spec
+    return spec.learners * spec.gpus_per_learner
 
 
 def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
