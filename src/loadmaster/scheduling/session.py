@@ -363,6 +363,7 @@ class _Walk:
             if cls.solo is None:
                 walk.answered(cls)
             if placed and may_block and strict(view):
+                self._settle(settled)
                 return rank, key
         self._settle(settled)
         return None
