@@ -89,6 +89,7 @@ class DrfGate(Gate):
         # GPUs have only fallen, by the GPUs of the jobs started.
         self.released = False
         self.started_gpus = 0
+        self.moves = 0  # usage changes booked (starts, releases)
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -168,6 +169,7 @@ class DrfGate(Gate):
         self._fits.pop(tenant, None)
         self._over.pop(tenant, None)
         self._dom.pop(tenant, None)
+        self.moves += 1
 
     def add(self, job: JobView, learners: int | None = None) -> None:
         # Per learner: what a running job's allocation holds, else the request. `learners` may be only part
@@ -510,7 +512,10 @@ class DrfPolicy(Policy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
         one; else displaceable jobs are added only when a running job completes a checkpoint."""
-        gate = self.gate(snap)
+        # The gate of the decision just made on this snapshot, if it booked nothing (a plan that changed
+        # nothing: the shell's usual reason to ask), is the gate a fresh one would be, its answers cached.
+        current = self._current
+        gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
         self._current = None  # a gate for this question only, not for the next rank()
         if not any(gate.within_entitlement(h) for h in heads):
             return math.inf
