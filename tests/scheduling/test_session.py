@@ -18,6 +18,7 @@ from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, WaitReason, decide, make_placer, make_policy
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.policies import POLICIES
+from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import free_after
 
@@ -44,11 +45,13 @@ def _waits(plan: Plan) -> dict[str, WaitReason]:
     return {w.job_id: w.reason for w in plan.waits}
 
 
-def _check(seed: int, policy: str, placement: str, steps: int = 25, migrate: bool = False) -> None:
+def _check(seed: int, policy: str, placement: str, steps: int = 25, migrate: bool = False,
+           reference: Policy | None = None) -> None:
+    """`reference`: the policy decide() runs with (default: another `policy`)."""
     rng = random.Random(seed)
     cluster = _cluster(rng)
     tenants = {t: TenantQuota(t, rng.randint(0, 8), rng.choice([None, 0, 4])) for t in "ABC"}
-    pol_session, pol_full = make_policy(policy), make_policy(policy)
+    pol_session, pol_full = make_policy(policy), reference if reference is not None else make_policy(policy)
     placer_session, placer_full = make_placer(placement), make_placer(placement)
     session = Session(pol_session, placer_session, migrate)
     queued: dict[str, JobView] = {}

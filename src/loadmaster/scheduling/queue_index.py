@@ -87,7 +87,12 @@ class WalkOrder(Protocol):
 
     next() gives the next job to answer (its class, its position there, its class order and its key), or
     None when none is left; the walk then reports what happened to it: answered(cls) when it waits (its
-    class's later jobs get its answer until something starts), started(...) when it starts."""
+    class's later jobs get its answer until something starts), started(...) when it starts.
+
+    `settled`: classes the order answered itself, without handing out a job, with the reason a visit would
+    have given; the walk takes them in before it answers anything else."""
+
+    settled: list[tuple[JobClass, WaitReason]]
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None: ...
 

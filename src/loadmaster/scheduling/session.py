@@ -267,6 +267,7 @@ class _HeadsOrder:
             self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
         heapq.heapify(self.heap)
         self.answered_since: list[JobClass] = []  # classes answered since the last start
+        self.settled: list[tuple[JobClass, WaitReason]] = []  # never any: every class is handed out
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         if not self.heap:
@@ -336,7 +337,10 @@ class _Walk:
         may_block = type(policy).blocks_others is not Policy.blocks_others
         order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class)
         walk: WalkOrder = order if order is not None else _HeadsOrder(session._classes.values(), self._class_order)
+        settled = walk.settled
         while (step := walk.next()) is not None:
+            if settled:
+                self._settle(settled)
             cls, i, rank, key = step
             view = cls.views[i]
             if cls.solo == "reject":
@@ -360,8 +364,16 @@ class _Walk:
             if cls.solo is None:
                 walk.answered(cls)
             if placed and may_block and strict(view):
+                self._settle(settled)
                 return rank, key
+        self._settle(settled)
         return None
+
+    def _settle(self, settled: list[tuple[JobClass, WaitReason]]) -> None:
+        """Classes the walk order answered without handing out a job (WalkOrder.settled)."""
+        for cls, reason in settled:
+            self.found.setdefault(cls, [(LOWEST, reason)])
+        settled.clear()
 
     def _changes(self, blocked: tuple[Key, Key] | None, new_ids: list[str]) -> list[Wait]:
         """The Waits of jobs whose reason differs from their last one; each class keeps its new runs."""

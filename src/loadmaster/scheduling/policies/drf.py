@@ -31,6 +31,7 @@ from itertools import takewhile
 from typing import overload
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
@@ -82,6 +83,13 @@ class DrfGate(Gate):
         self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
         self._levels: dict[str, tuple[int, float]] = {}
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+        self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
+        self._dom: dict[str, float] = {}  # tenant -> dominant share
+        # Has a victim been released in this round (remove())? Until then usage has only grown, and the free
+        # GPUs have only fallen, by the GPUs of the jobs started.
+        self.released = False
+        self.started_gpus = 0
+        self.moves = 0  # usage changes booked (starts, releases)
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -107,13 +115,29 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
+    def _dominant_now(self, tenant: str) -> float:
+        """dominant(tenant), cached until the tenant's usage changes (share() and over() both ask)."""
+        d = self._dom.get(tenant)
+        if d is None:
+            d = self._dom[tenant] = self.dominant(tenant)
+        return d
+
+    def over(self, tenant: str) -> bool:
+        """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
+        dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
+        over = self._over.get(tenant)
+        if over is None:
+            w = self.weight.get(tenant, 0.0)
+            over = self._over[tenant] = not (w > 0 and self._dominant_now(tenant) <= (self.fair_level + _EPS) * w)
+        return over
+
     def share(self, tenant: str) -> tuple[int, float]:
         """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
         Cached until the tenant's usage changes: progressive filling asks for it at every step."""
         level = self._levels.get(tenant)
         if level is None:
             w = self.weight.get(tenant, 0.0)
-            d = self.dominant(tenant)
+            d = self._dominant_now(tenant)
             level = self._levels[tenant] = (0, d / w) if w > 0 else (1, d)
         return level
 
@@ -121,6 +145,8 @@ class DrfGate(Gate):
         """Would the job's tenant stay within its entitled dominant share if the job started?"""
         s = job.spec
         t = s.tenant
+        if self.over(t):
+            return False
         fits = self._fits.setdefault(t, {})
         shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
         ok = fits.get(shape)
@@ -141,6 +167,9 @@ class DrfGate(Gate):
             u[i] += sign * amount[i]
         self._levels.pop(tenant, None)
         self._fits.pop(tenant, None)
+        self._over.pop(tenant, None)
+        self._dom.pop(tenant, None)
+        self.moves += 1
 
     def add(self, job: JobView, learners: int | None = None) -> None:
         # Per learner: what a running job's allocation holds, else the request. `learners` may be only part
@@ -153,9 +182,11 @@ class DrfGate(Gate):
         else:
             per = (s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
             n = s.learners if learners is None else learners
+            self.started_gpus += n * per[0]
         self._move(s.tenant, (float(n * per[0]), n * per[1], n * per[2]), 1.0)
 
     def remove(self, job: JobView) -> None:
+        self.released = True
         a = job.allocation
         assert a is not None
         n = a.learners
@@ -250,6 +281,7 @@ class _SkippingProgressiveOrder:
     class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
 
     def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass]) -> None:
+        self.gate = gate
         self.share = gate.share
         self.groups = groups
         self.class_of = class_of
@@ -258,18 +290,85 @@ class _SkippingProgressiveOrder:
         heapq.heapify(self.heap)
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
+        # Classes answered without a visit (_prune), with the answer, skipped like answered ones while no
+        # victim has been released in this round. Which of them the walk has passed (so a visit would have
+        # answered them) follows from each tenant's position in its queue, now and at the last start.
+        self.free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
+        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free)
+        self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
+        self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
+        self.pos_at_start: dict[str, int] = {}
+        self.settled: list[tuple[JobClass, WaitReason]] = []
+
+    @staticmethod
+    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float) -> dict[JobClass, WaitReason]:
+        """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
+        tenant that may not displace anyone (outside its entitlement, which its own starts only take it
+        further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
+        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not (until starts
+        take the free GPUs below the gang: started() then walks the class again). Under overload that is
+        most classes, and decide() would answer each at every decision."""
+        free_gpus = gate.snap.free_gpus
+        largest = float(free_gpus.max()) if free_gpus.size else 0.0  # FreeCapacity.max_node_gpus
+        pruned: dict[JobClass, WaitReason] = {}
+        for t, group in groups.items():
+            over = gate.over(str(t))
+            for cls in group.classes:
+                if cls.solo is not None:
+                    continue  # rejected, or elastic: answered on its own
+                spec = cls.views[0].spec
+                if spec.learners * spec.gpus_per_learner > free + 1e-9:
+                    reason = WaitReason.NO_CAPACITY
+                elif spec.gpus_per_learner > largest + 1e-9:
+                    reason = WaitReason.FRAGMENTATION
+                else:
+                    continue
+                if over or not gate.within_entitlement(cls.views[0]):
+                    pruned[cls] = reason
+        return pruned
 
     def answered(self, cls: JobClass) -> None:
         self.answered_since.add(cls)
+        self.skip.add(cls)
 
     def started(self, cls: JobClass, i: int, order: Key, key: Key) -> None:
         self.answered_since.clear()
+        if self.pruned:
+            self.pos_at_start = dict(self.pos)
+            # A class pruned as FRAGMENTATION whose gang no longer fits in the free GPUs would now answer
+            # NO_CAPACITY: it is walked again (the Session learns the new reason from that visit).
+            free = self.free - self.gate.started_gpus
+            moved = [c for c, r in self.pruned.items()
+                     if r is WaitReason.FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
+            if moved:
+                self._unprune(moved)
+            self.skip = set(self.pruned)
+        else:
+            self.skip = set()
+
+    def _unprune(self, classes: Iterable[JobClass]) -> None:
+        """Pruned classes walked again (a victim was released: capacity or a tenant's share may have moved
+        back; or a FRAGMENTATION class's answer changes). Those passed already were given their answer
+        (settled), and those passed since the last start stay answered until the next one, as a visit
+        would have left them."""
+        for cls in list(classes):
+            reason = self.pruned.pop(cls)
+            t = str(cls.group)
+            keys = self.groups[t].keys
+            now = self.pos.get(t, 0)
+            if _has_key_between(cls.keys, keys, 0, now):
+                self.settled.append((cls, reason))
+                if _has_key_between(cls.keys, keys, self.pos_at_start.get(t, 0), now):
+                    self.answered_since.add(cls)
+        self.skip = self.answered_since | set(self.pruned)
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         heap = self.heap
         if self.handed is not None:
             self._after(*self.handed)
             self.handed = None
+        if self.pruned and self.gate.released:
+            self._unprune(self.pruned)
         while (top := _current_top(heap, self.share)) is not None:
             tier, level, _, t, i = top
             group = self.groups[t]
@@ -277,16 +376,21 @@ class _SkippingProgressiveOrder:
             if p > i:
                 end = self._stays_on_top(group, i, top)
                 if p >= end:  # every job it would hand out before leaving the top is answered
+                    self.pos[t] = end
                     if end == len(group.keys):
                         heapq.heappop(heap)
                     else:
                         heapq.heapreplace(heap, (tier, level, _submit(group.keys[end]), t, end))
                     continue
                 heap[0] = (tier, level, _submit(group.keys[p]), t, p)
+            self.pos[t] = p
             self.handed = (t, p)
             key = group.keys[p]
             cls = self.class_of(group.views[p].job_id)
             return cls, bisect_left(cls.keys, key), (), key
+        if self.pruned:  # the walk passed every job: the classes still pruned were answered
+            self.settled += list(self.pruned.items())
+            self.pruned.clear()
         return None
 
     def _after(self, t: str, i: int) -> None:
@@ -295,6 +399,7 @@ class _SkippingProgressiveOrder:
         heap = self.heap
         group = self.groups[t]
         i += 1
+        self.pos[t] = i
         if i == len(group.keys):
             heapq.heappop(heap)
             return
@@ -305,7 +410,7 @@ class _SkippingProgressiveOrder:
         """The first position at or after i in the tenant's queue whose class has not been answered."""
         first = len(group.keys)
         at = group.keys[i]
-        answered = self.answered_since
+        answered = self.skip
         for cls in group.classes:
             if cls in answered:
                 continue
@@ -331,6 +436,19 @@ class _SkippingProgressiveOrder:
         first = (bisect_right(group.keys, submit, key=_submit) if t < bound[3]
                  else bisect_left(group.keys, submit, key=_submit))
         return max(i + 1, first)
+
+
+def _gang_gpus(cls: JobClass) -> int:
+    spec = cls.views[0].spec
+    return spec.learners * spec.gpus_per_learner
+
+
+def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
+    """Does `keys` (a class's, sorted) hold a key of queue[a:b] (its tenant's queue, sorted)?"""
+    if a >= b:
+        return False
+    j = bisect_left(keys, queue[a])
+    return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
 def _submit(key: Key) -> float:
@@ -394,7 +512,10 @@ class DrfPolicy(Policy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
         one; else displaceable jobs are added only when a running job completes a checkpoint."""
-        gate = self.gate(snap)
+        # The gate of the decision just made on this snapshot, if it booked nothing (a plan that changed
+        # nothing: the shell's usual reason to ask), is the gate a fresh one would be, its answers cached.
+        current = self._current
+        gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
         self._current = None  # a gate for this question only, not for the next rank()
         if not any(gate.within_entitlement(h) for h in heads):
             return math.inf

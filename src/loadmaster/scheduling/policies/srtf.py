@@ -13,6 +13,7 @@ r_v + lost_v, more than r_j, and a running job's remaining work only falls, so i
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
@@ -70,6 +71,27 @@ def in_checkpoint_window(job: JobView, clock: float, checkpoint_interval_s: floa
             and work_since_checkpoint(job, clock, checkpoint_interval_s) <= max_loss_s)
 
 
+class _DisplacementGate(Gate):
+    """SRTF's gate: it admits every job, as Gate does, and books what bounds the GPUs a displacement may
+    find in this decide() call: the GPUs of the jobs started, and the victims released and not (wholly)
+    given back, i.e. preempted or scaled down. decide() tells a gate of every start and release."""
+
+    def __init__(self, snap: Snapshot) -> None:
+        super().__init__(snap)
+        self.started_gpus = 0
+        self.released: dict[str, JobView] = {}
+
+    def add(self, job: JobView, learners: int | None = None) -> None:
+        a = job.allocation
+        if a is None:  # a queued job starts
+            self.started_gpus += (job.spec.learners if learners is None else learners) * job.spec.gpus_per_learner
+        elif learners is None or learners >= a.learners:  # a victim given back all it held
+            self.released.pop(job.job_id, None)
+
+    def remove(self, job: JobView) -> None:
+        self.released[job.job_id] = job
+
+
 class SrtfPolicy(KeyedPolicy):
     name = "srtf"
 
@@ -80,6 +102,10 @@ class SrtfPolicy(KeyedPolicy):
         # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
         self._ranked: tuple[Snapshot, npt.NDArray[np.float64], list[int], Sequence[JobView]] | None = None
         self._held_memo: tuple[Snapshot, npt.NDArray[np.float64]] | None = None
+        self._free_memo: tuple[Snapshot, list[float], float] | None = None  # free GPUs per node, in all
+
+    def gate(self, snap: Snapshot) -> Gate:
+        return _DisplacementGate(snap)
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
@@ -154,15 +180,50 @@ class SrtfPolicy(KeyedPolicy):
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
         # In victim_key order, from this policy's own per-snapshot ranking (decide()'s victims() would
-        # recompute every key): the prefix whose gain exceeds the job's remaining work.
+        # recompute every key): the prefix whose gain exceeds the job's remaining work. None at all when
+        # releasing every one of them cannot make room for the gang (decide() then gives up at once).
         neg_gains, order, jobs = self._by_gain(snap)
         k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
+        if isinstance(gate, _DisplacementGate) and not self._may_fit(snap, gate, job, k):
+            return ()
         return (jobs[i] for i in order[:k])
 
-    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
-        neg_gains, _, _ = self._by_gain(snap)
-        k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
-        return float(self._held(snap)[k])
+    def _may_fit(self, snap: Snapshot, gate: _DisplacementGate, job: JobView, k: int) -> bool:
+        """Could `job`'s gang fit once the first k victims in _by_gain order are released? False only when it
+        cannot: the GPUs free now, per server, are at most the snapshot's plus those of the victims released
+        in this call and not given back (the jobs started since only took some), so with the k victims'
+        added a server holds at most floor(x / GPUs per learner) learners. Most displacements of a long
+        queue end here, without releasing anyone or asking the placer."""
+        spec = job.spec
+        learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
+        per = spec.gpus_per_learner
+        released = gate.released.values()
+        free_now, total = self._free(snap)
+        total += sum(v.allocation.gpus for v in released if v.allocation is not None) - gate.started_gpus
+        if total + float(self._held(snap)[k]) + 1e-9 < learners * per:
+            return False
+        if per <= 0:
+            return True
+        free = free_now.copy()
+        _, order, jobs = self._by_gain(snap)
+        for view in itertools.chain(released, (jobs[i] for i in order[:k])):
+            a = view.allocation
+            assert a is not None
+            g = a.gpus_per_learner
+            for node in a.learner_nodes:
+                free[node] += g
+        room = 0
+        for gpus in free:
+            room += int((gpus + 1e-9) // per)
+        return room >= learners
+
+    def _free(self, snap: Snapshot) -> tuple[list[float], float]:
+        """The snapshot's free GPUs per server, and in all (once per snapshot)."""
+        memo = self._free_memo
+        if memo is None or memo[0] is not snap:
+            free = snap.free_gpus.tolist()
+            memo = self._free_memo = (snap, free, float(snap.free_gpus.sum()))
+        return memo[1], memo[2]
 
     def _held(self, snap: Snapshot) -> npt.NDArray[np.float64]:
         """GPUs held by each prefix of the running jobs in _by_gain order (once per snapshot)."""
