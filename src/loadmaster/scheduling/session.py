@@ -335,7 +335,7 @@ class _Walk:
         policy = session.policy
         strict = policy.blocks_others
         may_block = type(policy).blocks_others is not Policy.blocks_others
-        order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class)
+        order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class, session.migrate)
         walk: WalkOrder = order if order is not None else _HeadsOrder(session._classes.values(), self._class_order)
         settled = walk.settled
         while (step := walk.next()) is not None:

@@ -143,11 +143,12 @@ class Policy(ABC):
         """The group whose jobs a walk_order() takes in order_key order (DRF: the tenant); None: no groups."""
         return None
 
-    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group],
-                   class_of: Callable[[str], JobClass]) -> WalkOrder | None:
+    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
+                   migrate: bool = False) -> WalkOrder | None:
         """The queue in this policy's order for one Session decision, when it is not (class_order,
         order_key): DRF's progressive filling re-ranks tenants as their jobs start. `groups` are the queued
-        jobs by order_group, `class_of` a job id's class. None (the default): the Session merges classes."""
+        jobs by order_group, `class_of` a job id's class; `migrate`: the decision may move running jobs (a
+        gang waiting on fragmentation may then start). None (the default): the Session merges classes."""
         return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:

@@ -280,7 +280,8 @@ class _SkippingProgressiveOrder:
     children's, which nothing touches), and they are skipped in one go: to the first job of an unanswered
     class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
 
-    def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass]) -> None:
+    def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
+                 migrate: bool = False) -> None:
         self.gate = gate
         self.share = gate.share
         self.groups = groups
@@ -294,20 +295,22 @@ class _SkippingProgressiveOrder:
         # victim has been released in this round. Which of them the walk has passed (so a visit would have
         # answered them) follows from each tenant's position in its queue, now and at the last start.
         self.free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
-        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free)
+        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate)
         self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
         self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
         self.pos_at_start: dict[str, int] = {}
         self.settled: list[tuple[JobClass, WaitReason]] = []
 
     @staticmethod
-    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float) -> dict[JobClass, WaitReason]:
+    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float,
+               migrate: bool = False) -> dict[JobClass, WaitReason]:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
         tenant that may not displace anyone (outside its entitlement, which its own starts only take it
         further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
         FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not (until starts
         take the free GPUs below the gang: started() then walks the class again). Under overload that is
-        most classes, and decide() would answer each at every decision."""
+        most classes, and decide() would answer each at every decision. With `migrate`, a FRAGMENTATION
+        class may start by moving running jobs: it is visited (moves never add free GPUs: NO_CAPACITY holds)."""
         free_gpus = gate.snap.free_gpus
         largest = float(free_gpus.max()) if free_gpus.size else 0.0  # FreeCapacity.max_node_gpus
         pruned: dict[JobClass, WaitReason] = {}
@@ -319,7 +322,7 @@ class _SkippingProgressiveOrder:
                 spec = cls.views[0].spec
                 if spec.learners * spec.gpus_per_learner > free + 1e-9:
                     reason = WaitReason.NO_CAPACITY
-                elif spec.gpus_per_learner > largest + 1e-9:
+                elif not migrate and spec.gpus_per_learner > largest + 1e-9:
                     reason = WaitReason.FRAGMENTATION
                 else:
                     continue
@@ -504,10 +507,10 @@ class DrfPolicy(Policy):
     def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
         return job.spec.tenant
 
-    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group],
-                   class_of: Callable[[str], JobClass]) -> WalkOrder | None:
+    def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
+                   migrate: bool = False) -> WalkOrder | None:
         assert isinstance(gate, DrfGate)
-        return _SkippingProgressiveOrder(gate, groups, class_of)
+        return _SkippingProgressiveOrder(gate, groups, class_of, migrate)
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
