@@ -18,16 +18,13 @@ import dataclasses
 import hashlib
 import json
 import os
-import queue
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -36,6 +33,7 @@ import pytest
 
 from loadmaster.platform.executors.sandbox import find_bwrap
 from tests.platform.api_fixtures import Live, sqlite_live  # noqa: F401
+from tests.platform.process_output import ProcessOutput
 
 HERE = Path(__file__).resolve().parent
 SRC = HERE.parents[1] / "src"
@@ -48,14 +46,10 @@ needs_root_and_bwrap = pytest.mark.skipif(os.geteuid() != 0 or find_bwrap() is N
                                                  "/usr/bin/python3")
 
 
-@dataclass
-class Server:
+class Server(ProcessOutput):
     """`loadmaster server` in a process of its own, as root or as an unprivileged user."""
 
-    proc: subprocess.Popen[str]
     url: str = ""
-    lines: queue.Queue[str] = field(default_factory=queue.Queue)
-    out: list[str] = field(default_factory=list)
 
     @classmethod
     def start(cls, data: Path, *, as_user: int | None) -> Server:
@@ -69,31 +63,10 @@ class Server:
             site = [p for p in sys.path if p.endswith("site-packages")]
             env["PYTHONPATH"] = ":".join([str(SRC), *site])
             argv = ["setpriv", f"--reuid={as_user}", f"--regid={as_user}", "--clear-groups", SYSTEM_PYTHON, *args]
-        proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-        server = cls(proc)
-        threading.Thread(target=server._read, daemon=True).start()
+        server = cls(subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env))
         line = server.until("loadmaster server on")
         server.url = line.split(" on ", 1)[1].split()[0]
         return server
-
-    def _read(self) -> None:
-        assert self.proc.stdout is not None
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def until(self, text: str, timeout_s: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.proc.poll() is not None:
-                    break
-                continue
-            self.out.append(line)
-            if text in line:
-                return line
-        raise AssertionError(f"{text!r} not seen; output:\n" + "\n".join(self.out))
 
     def stop(self) -> None:
         if self.proc.poll() is None:

@@ -4,12 +4,10 @@ stops cleanly on SIGTERM, refuses bad options with one line, and picks up its ru
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 from pathlib import Path
 
@@ -18,6 +16,7 @@ import pytest
 from typer.testing import CliRunner
 
 from loadmaster.cli.main import app
+from tests.platform.process_output import ProcessOutput
 
 # Learners run the test's own Python: as the server's user, unconfined (tests/platform/test_isolation.py
 # tests the isolation).
@@ -25,38 +24,12 @@ SERVER = [sys.executable, "-m", "loadmaster.cli.main", "server", "--sandbox", "n
           "--insecure-shared-user"]
 
 
-class Proc:
+class Proc(ProcessOutput):
     def __init__(self, args: list[str], env: dict[str, str] | None = None) -> None:
-        self.lines: queue.Queue[str] = queue.Queue()
-        self.out: list[str] = []
         full_env = {k: v for k, v in os.environ.items() if not k.startswith("LOADMASTER_")}
         self.p = subprocess.Popen([*SERVER, *args], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                   env={**full_env, **(env or {})})
-        threading.Thread(target=self._read, daemon=True).start()
-
-    def _read(self) -> None:
-        assert self.p.stdout is not None
-        for line in self.p.stdout:
-            self.lines.put(line.rstrip("\n"))
-
-    def until(self, text: str, timeout_s: float = 60.0) -> str:
-        deadline = time.monotonic() + timeout_s
-        while time.monotonic() < deadline:
-            try:
-                line = self.lines.get(timeout=0.2)
-            except queue.Empty:
-                if self.p.poll() is not None and self.lines.empty():
-                    break
-                continue
-            self.out.append(line)
-            if text in line:
-                return line
-        raise AssertionError(f"{text!r} not seen; output:\n" + "\n".join(self.out))
-
-    def rest(self) -> str:
-        while not self.lines.empty():
-            self.out.append(self.lines.get())
-        return "\n".join(self.out)
+        super().__init__(self.p)
 
     def stop(self) -> int:
         if self.p.poll() is None:

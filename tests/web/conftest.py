@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 from selenium import webdriver
+from selenium.webdriver.remote.webdriver import WebDriver
 
 from tests.web.browser import chromium, missing_binaries
+from tests.web.pages import page_errors
 from tests.web.platform import Platform, running_platform
 
 
@@ -21,6 +23,15 @@ def browser() -> Iterator[webdriver.Chrome]:
                     "chromium and chromium-driver, or set LOADMASTER_CHROMIUM / LOADMASTER_CHROMEDRIVER")
     with chromium() as driver:
         yield driver
+
+
+@pytest.fixture
+def page(browser: WebDriver) -> Iterator[WebDriver]:
+    """The session's browser for one test, which must leave no JavaScript error behind."""
+    browser.get_log("browser")  # drop what earlier tests left
+    yield browser
+    errors = page_errors(browser)
+    assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
 @pytest.fixture(scope="module")

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
@@ -17,7 +16,6 @@ from tests.web.pages import (
     click,
     job_row,
     open_dashboard,
-    page_errors,
     row_css,
     visible,
     wait_for,
@@ -38,13 +36,6 @@ def tenants(platform: Platform) -> Platform:
     platform.add_tenant("beta", 8)
     return platform
 
-
-@pytest.fixture
-def page(browser: WebDriver) -> Iterator[WebDriver]:
-    browser.get_log("browser")  # drop what earlier tests left
-    yield browser
-    errors = page_errors(browser)
-    assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
 def test_bad_token_shows_a_readable_error(page: WebDriver, tenants: Platform) -> None:

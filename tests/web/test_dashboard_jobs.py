@@ -19,7 +19,7 @@ from loadmaster.platform.manifest import parse_manifest
 from loadmaster.platform.store.db import Store
 from loadmaster.platform.store.jobs import add_job, transition
 from loadmaster.platform.store.models import Tenant
-from tests.web.pages import REFRESH_MS, click, job_row, open_dashboard, page_errors, row_css, visible, wait_for
+from tests.web.pages import REFRESH_MS, click, job_row, open_dashboard, row_css, visible, wait_for
 from tests.web.platform import Platform, running_platform
 
 BULK = 10_000
@@ -36,13 +36,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Platfor
         p.add_tenant("bulk", 1)
         yield p, root / "loadmaster.db"
 
-
-@pytest.fixture
-def page(browser: WebDriver) -> Iterator[WebDriver]:
-    browser.get_log("browser")
-    yield browser
-    errors = page_errors(browser)
-    assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
 def _fill_bulk(db: Path) -> list[tuple[float, str, str, str]]:

@@ -5,26 +5,17 @@ nodes, SQLite). Every token the page shows is tried against the real API; every 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import httpx
-import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
-from tests.web.pages import click, open_dashboard, page_errors, visible, wait_for
+from tests.web.pages import click, open_dashboard, visible, wait_for
 from tests.web.platform import Platform
 
 SLEEP = [sys.executable, "-c", "import time; time.sleep(60)"]
 
-
-@pytest.fixture
-def page(browser: WebDriver) -> Iterator[WebDriver]:
-    browser.get_log("browser")
-    yield browser
-    errors = page_errors(browser)
-    assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
 def _whoami(url: str, token: str) -> httpx.Response:

@@ -4,23 +4,13 @@ headless Chromium against a real platform (virtual 2x4 nodes, SQLite) after real
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
 
-import pytest
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 from selenium.webdriver.support.ui import Select
 
-from tests.web.pages import open_dashboard, page_errors, visible, wait_for
+from tests.web.pages import open_dashboard, visible, wait_for
 from tests.web.platform import Platform
-
-
-@pytest.fixture
-def page(browser: WebDriver) -> Iterator[WebDriver]:
-    browser.get_log("browser")
-    yield browser
-    errors = page_errors(browser)
-    assert not errors, f"the page raised JavaScript errors: {errors}"
 
 
 def _usage_rows(driver: WebDriver) -> dict[str, list[str]]:

@@ -13,6 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from loadmaster.platform import code
 from loadmaster.platform.api.auth import Ctx, Who
 from loadmaster.platform.api.errors import ApiError, field_error, responses
+from loadmaster.platform.api.submission import bounded_body
 
 router = APIRouter(prefix="/api/v1/code", tags=["code"])
 
@@ -38,20 +39,10 @@ class CodePackage(BaseModel):
 
 
 async def _body(request: Request, max_bytes: int) -> bytes:
-    limit = max_bytes + _FRAMING_BYTES
     too_large = ApiError(413, f"the package is larger than the server's limit of {max_bytes / (1 << 20):.1f} MiB: "
                               "leave out what the job does not need (.loadmasterignore), or ask the operator to "
                               "raise `loadmaster server --max-upload-mb`", [("body", "too large")])
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > limit:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await bounded_body(request, max_bytes + _FRAMING_BYTES, too_large)
 
 
 @router.post("", status_code=201, response_model=CodePackage, openapi_extra=_ARCHIVE_BODY,

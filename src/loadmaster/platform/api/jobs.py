@@ -30,7 +30,7 @@ from loadmaster.platform.api.models import (
     summary,
     transition_out,
 )
-from loadmaster.platform.api.submission import decode_manifest
+from loadmaster.platform.api.submission import bounded_body, decode_manifest
 from loadmaster.platform.manifest import JobManifest, ManifestError, array_tasks
 from loadmaster.platform.store.jobs import add_job, new_job_id
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
@@ -54,19 +54,9 @@ _MANIFEST_BODY: dict[str, Any] = {
 
 
 async def _bounded_body(request: Request, max_bytes: int) -> bytes:
-    """The body, refused (413) as soon as it passes max_bytes: a huge upload is never held in memory."""
     too_large = ApiError(413, f"the manifest is larger than the limit of {max_bytes:,} bytes (put data in the "
                               "`data` source, not in the manifest)", [("body", "too large")])
-    length = request.headers.get("content-length")
-    if length and length.isdigit() and int(length) > max_bytes:
-        raise too_large
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > max_bytes:
-            raise too_large
-        chunks.append(chunk)
-    return b"".join(chunks)
+    return await bounded_body(request, max_bytes, too_large)
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+from fastapi import Request
+
 from loadmaster.platform.api.errors import ApiError, field_error
 from loadmaster.platform.manifest import JobManifest, ManifestError, load_manifest_text, parse_manifest
 
@@ -151,3 +153,18 @@ def _unusable_text(value: object, path: str) -> tuple[str, str] | None:
             if problem is not None:
                 return problem
     return None
+
+
+async def bounded_body(request: Request, limit: int, too_large: ApiError) -> bytes:
+    """The body, refused with `too_large` as soon as it passes `limit` bytes: a huge upload is never held in
+    memory (a Content-Length over the limit is refused before anything is read)."""
+    length = request.headers.get("content-length")
+    if length and length.isdigit() and int(length) > limit:
+        raise too_large
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise too_large
+        chunks.append(chunk)
+    return b"".join(chunks)
