@@ -80,6 +80,9 @@ class ServerOptions:
     insecure_shared_user: bool = False
     admin_token_file: Path | None = None
     max_upload_mb: float = DEFAULT_MAX_MB  # a code package's files, unpacked
+    # Defragment: move smaller running jobs (halt with a checkpoint, requeue) so that a gang waiting on
+    # fragmentation starts (decide()'s `migrate`).
+    migrate: bool = False
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -288,7 +291,7 @@ class Platform:
             dirs = JobDirs(root)
             loop = ControlLoop(store, cluster, executor, dirs, policy=server_policy(options),
                                placer=make_placer(options.placement), tick_s=options.tick_s,
-                               grace_s=options.grace_s, isolation=isolation)
+                               grace_s=options.grace_s, isolation=isolation, migrate=options.migrate)
         except BaseException:
             api.close()
             if store is not None:

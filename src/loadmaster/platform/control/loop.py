@@ -112,7 +112,7 @@ class ControlLoop:
                  progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
                  estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
                  stuck_after_s: float | None = None, coalesce_s: float = 0.02,
-                 isolation: Isolation | None = None, nodes_every_s: float = 1.0) -> None:
+                 isolation: Isolation | None = None, nodes_every_s: float = 1.0, migrate: bool = False) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
@@ -125,7 +125,8 @@ class ControlLoop:
         self.ctx = Context(store, cluster, executor, dirs, clock, grace_s, Stager(self.wake),
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
                            progress_flush_s=progress_flush_s, isolation=isolation or Isolation())
-        self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
+        self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer,
+                                       migrate=migrate)
         self.gates = Gates(store)  # dependencies and array limits: queued jobs held out of decide()'s sight
         # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
         self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,

@@ -82,7 +82,7 @@ class _SteadyKeys(PerJobPlacer):
 
 class SnapshotBuilder:
     def __init__(self, cluster: Cluster, default_duration_s: float = DEFAULT_DURATION_S, *,
-                 policy: Policy | None = None, placer: PerJobPlacer | None = None) -> None:
+                 policy: Policy | None = None, placer: PerJobPlacer | None = None, migrate: bool = False) -> None:
         self.cluster = cluster
         self.default_duration_s = default_duration_s
         self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -100,6 +100,7 @@ class SnapshotBuilder:
         self.placer = placer
         self._steady = _SteadyKeys(placer.default, placer.registry) if placer is not None else None
         self._session: Session | None = None
+        self.migrate = migrate  # the Session's decide() may move running jobs to defragment
         self._session_full = False
         self._moving: set[str] = set()
         self.down: list[int] = []  # nodes nothing may be placed on (dead or drained): no free capacity
@@ -182,7 +183,7 @@ class SnapshotBuilder:
         full = bool(self._moving)
         session = self._session
         if session is None or self._session_full != full:
-            session = self._session = Session(self.policy, self.placer if full else self._steady)
+            session = self._session = Session(self.policy, self.placer if full else self._steady, self.migrate)
             self._session_full = full
             for view in self.queued.values():
                 session.add(view)
