@@ -138,17 +138,19 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
             b.after(lambda: _back_off(ctx, job.id, now))
 
 
-def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None) -> None:
+def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None, why: str | None = None) -> None:
+    """COMPLETED (through STORING when the manifest names where results go); `why`: an early stop's reason."""
     url = ctx.results_url(job.id)
     learners = len(run.spec.learners) if run is not None else job.learners
+    why = why or f"all {learners} learner(s) exited 0"
     if url:
         # The learners are gone: their GPUs are free while the results are copied.
-        transition(b.s, job, JobStatus.STORING, b.now, f"all {learners} learner(s) exited 0; copying results to {url}")
+        transition(b.s, job, JobStatus.STORING, b.now, f"{why}; copying results to {url}")
         ctx.report.stored.append(job.id)
         job_id, number = job.id, job.attempts
         b.after(lambda: ctx.upload(job_id, number))
         return
-    transition(b.s, job, JobStatus.COMPLETED, b.now, f"all {learners} learner(s) exited 0")
+    transition(b.s, job, JobStatus.COMPLETED, b.now, why)
     ctx.report.completed.append(job.id)
 
 
@@ -178,6 +180,9 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         attempt.retry_decision = f"not retried: {stop.detail}"
         transition(s, job, JobStatus.FAILED, now, stop.detail)
         report.failed.append(job.id)
+    elif stop.kind is StopKind.EARLY_STOP:
+        attempt.retry_decision = f"not retried: {stop.detail}"
+        _succeeded(b, ctx, job, run, stop.detail)
     elif run is not None and run.resize_to is not None and job.status == JobStatus.PROCESSING.value:
         # Between two attempts of a resize: PROCESSING, booking nothing until the relaunch books its GPUs.
         attempt.retry_decision = f"resized: {stop.detail}"

@@ -380,7 +380,8 @@ class ControlLoop:
                 events.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
         events += requests.pending_requests(ctx)
         for run in ctx.runs.values():
-            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now)
+            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now) or \
+                (run.early_stop if run.stop is None else None)
             if intent is not None:
                 events.append(ev.Stop(run.job_id, intent))
         events += self._pending_starts(now)
