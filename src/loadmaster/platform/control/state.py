@@ -24,6 +24,7 @@ class StopKind(StrEnum):
     HALT = "halt"  # the user: HALTED until resumed
     CANCEL = "cancel"  # the user: CANCELLED
     RESIZE = "resize"  # elastic scale: relaunched at the new size right after
+    SMOKE = "smoke"  # --smoke-test: the one-GPU test ran its seconds: QUEUED for the whole gang
     RUNTIME = "runtime"  # max_runtime_s reached: FAILED
     EARLY_STOP = "early_stop"  # the manifest's early_stop: the reported metric plateaued: COMPLETED
 
@@ -38,10 +39,11 @@ class StopKind(StrEnum):
         return _RANK[self]
 
 
-# An early stop outranks the scheduler's stops (a plateaued job completes rather than being requeued), a
-# user's halt or cancel outranks it.
-_RANK = {StopKind.RESIZE: 0, StopKind.PREEMPT: 1, StopKind.RUNTIME: 2, StopKind.EARLY_STOP: 3, StopKind.HALT: 4,
-         StopKind.CANCEL: 5}
+# A passed smoke test outranks a preemption (the job is requeued either way, and passed it need not test
+# again); an early stop outranks the scheduler's stops (a plateaued job completes rather than being requeued);
+# a user's halt or cancel outranks them all.
+_RANK = {StopKind.RESIZE: 0, StopKind.PREEMPT: 1, StopKind.SMOKE: 2, StopKind.RUNTIME: 3, StopKind.EARLY_STOP: 4,
+         StopKind.HALT: 5, StopKind.CANCEL: 6}
 
 
 @dataclass(frozen=True, slots=True)
