@@ -10,6 +10,8 @@
   Starts waiting for that count as running, holding what they were given.
 - A job whose launch could not be made waits out its backoff outside the snapshot.
 - Free capacity is the cluster minus what the running views hold; tenants come from the tenants table.
+- With --smoke-test, a multi-GPU job not yet tested (since its last failure) is queued, and runs, as its
+  one-GPU smoke test (the simulator's smoke_spec); with --migrate, decide() may move running jobs.
 
 The builder is incremental: it keeps every job's view and rebuilds only those of jobs that changed (their
 row, their run, their pending start), and keeps free capacity and each tenant's GPUs up to date as views
