@@ -13,8 +13,8 @@ from tests.platform.control_fixtures import learner
 from tests.platform.invariants import check_store
 
 
-def test_a_job_whose_loss_plateaus_is_stopped_and_completes(sqlite_url: str, tmp_path: Path) -> None:
-    live = start_platform(sqlite_url, tmp_path / "data")
+def test_a_job_whose_loss_plateaus_is_stopped_and_completes(db_url: str, tmp_path: Path) -> None:
+    live = start_platform(db_url, tmp_path / "data")
     try:
         token = live.tenant("vision")
         rule = {"metric": "loss", "patience": 5, "min_delta": 0.01}

@@ -30,12 +30,12 @@ def gpu_overlaps(live: Live) -> list[str]:
     return out
 
 
-def test_a_wide_gang_waiting_on_fragmentation_starts_once_a_small_job_is_moved(sqlite_url: str, tmp_path: Path) -> None:
+def test_a_wide_gang_waiting_on_fragmentation_starts_once_a_small_job_is_moved(db_url: str, tmp_path: Path) -> None:
     """Two servers of 4 GPUs: `filler` (2 GPUs) and `small` (1 GPU) are spread over both, so 5 GPUs are free but
     neither server has 4. `wide` (one learner of 4 GPUs) waits on fragmentation; with --migrate the loop moves
     `small` (the job on the server closest to empty) to the other server, `wide` starts on the emptied one,
     and `small` resumes from its checkpoint and completes."""
-    live = start_platform(sqlite_url, tmp_path / "data", migrate=True)
+    live = start_platform(db_url, tmp_path / "data", migrate=True)
     try:
         token = live.tenant("vision", gpus=8)
         spread = {"strategy": "spread"}
