@@ -4,7 +4,7 @@ PostgreSQL), real HTTP through httpx. Tests import the fixtures they use from he
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -119,6 +119,14 @@ class Live:
                 if time.monotonic() > deadline:
                     raise AssertionError(f"{job_id} is {job['status']}, not {statuses}: {job['history']}")
                 time.sleep(0.05)
+
+    @staticmethod
+    def wait_for(condition: Callable[[], bool], what: str, timeout_s: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout_s
+        while not condition():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
 
 
 def start_platform(db_url: str, data_dir: Path, **options: Any) -> Live:

@@ -2,6 +2,8 @@
 
     python control_learner.py train STEPS STEP_S            count to STEPS (one step per STEP_S seconds),
                                                             resuming from the latest checkpoint
+    python control_learner.py plateau STEPS STEP_S FLOOR    `train`, reporting loss = max(FLOOR, 5 - 0.5 * step): it
+                                                            falls for a few steps, then stays flat
     python control_learner.py fail RANK CODE MESSAGE        rank RANK prints a traceback ending in MESSAGE and
                                                             exits CODE; the other ranks wait to be stopped
     python control_learner.py fail-once RANK CODE MESSAGE STEPS STEP_S
@@ -19,7 +21,7 @@ import time
 from loadmaster import runtime
 
 
-def train(steps: int, step_s: float) -> int:
+def train(steps: int, step_s: float, floor: float | None = None) -> int:
     context = runtime.init()
     latest = runtime.latest_checkpoint()
     first = runtime.checkpoint_step(latest) if latest is not None else 0
@@ -27,7 +29,10 @@ def train(steps: int, step_s: float) -> int:
     while step < steps:
         time.sleep(step_s)
         step += 1
-        runtime.report(step=step, total_steps=steps)
+        if floor is None:
+            runtime.report(step=step, total_steps=steps)
+        else:
+            runtime.report(step=step, total_steps=steps, loss=max(floor, 5.0 - 0.5 * step))
         if runtime.should_preempt():
             if context.rank == 0:
                 runtime.save_checkpoint(str(step).encode(), step)
@@ -56,6 +61,8 @@ def main(argv: list[str]) -> int:
     mode = argv[0]
     if mode == "train":
         return train(int(argv[1]), float(argv[2]))
+    if mode == "plateau":
+        return train(int(argv[1]), float(argv[2]), float(argv[3]))
     if mode == "fail":
         return fail(int(argv[1]), int(argv[2]), argv[3])
     if mode == "fail-once":

@@ -39,6 +39,17 @@ results: /tmp/results
     ({"name": "x", "command": "true", "stop_grace_s": 601}, "stop_grace_s", "less than or equal to 600"),
     ({"name": "x", "command": "true", "stop_grace_s": "soon"}, "stop_grace_s", "valid number"),
     ({"name": "x y", "command": "true"}, "name", "letters, digits"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "loss"}}, "early_stop.patience", "field required"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "loss", "patience": 0}}, "early_stop.patience",
+     "greater than or equal to 1"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "loss", "patience": 3, "min_delta": -0.1}},
+     "early_stop.min_delta", "greater than or equal to 0"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "step", "patience": 3}}, "early_stop.metric",
+     "progress bookkeeping"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "loss", "patience": 3, "mode": "lower"}},
+     "early_stop.mode", "'min' or 'max'"),
+    ({"name": "x", "command": "true", "early_stop": {"metric": "loss", "patience": 3, "patient": 3}},
+     "early_stop.patient", "unknown field"),
     ({"name": "x", "command": "true", "learners": 5, "elastic": {"min_learners": 1, "max_learners": 4}}, "",
      "must lie between"),
 ])
@@ -69,3 +80,11 @@ def test_a_stored_manifest_with_a_name_reserved_since_node_groups_stays_readable
     # the control loop re-validates stored manifests with the model alone
     assert JobManifest.model_validate({"name": "x", "command": "true", "env": {"NODE_RANK": "1"}}).env == {
         "NODE_RANK": "1"}
+
+
+def test_early_stop_is_opt_in_and_defaults_to_a_falling_metric() -> None:
+    from loadmaster.platform.manifest import MetricGoal
+
+    assert parse_manifest({"name": "x", "command": "true"}).early_stop is None
+    rule = parse_manifest({"name": "x", "command": "true", "early_stop": {"metric": "loss", "patience": 4}}).early_stop
+    assert rule is not None and rule.patience == 4 and rule.min_delta == 0 and rule.mode is MetricGoal.MIN

@@ -62,6 +62,12 @@ def server(
     checkpoint_interval: Annotated[float | None, typer.Option(
         "--checkpoint-interval", help="Seconds between the jobs' checkpoints, as the policy weighs what a "
                                       "preemption loses (default: the policy's, 900).")] = None,
+    migrate: Annotated[bool, typer.Option(
+        "--migrate", help="Defragment: when a gang waits because its GPUs are scattered, move smaller running "
+                          "jobs (checkpoint, stop, requeue) so that it starts.")] = False,
+    smoke_test: Annotated[float, typer.Option(
+        "--smoke-test", help="Seconds a new multi-GPU job first runs on one GPU before its gang is placed (a "
+                             "failure there costs one GPU); 0: off.")] = 0.0,
     max_upload_mb: Annotated[float, typer.Option("--max-upload-mb", min=0.001, help="The most MiB a job's code "
                                                                                   "package (--working-dir) may "
                                                                                   "unpack to.")] = 100.0,
@@ -94,7 +100,8 @@ def server(
                             placement=placement, data_dir=data_dir, grace_s=grace, tick_s=tick,
                             checkpoint_interval_s=checkpoint_interval, sandbox=sandbox, tenant_users=tenant_users,
                             uid_base=uid_base, insecure_shared_user=insecure_shared_user,
-                            admin_token_file=admin_token_file, max_upload_mb=max_upload_mb)
+                            admin_token_file=admin_token_file, max_upload_mb=max_upload_mb,
+                            migrate=migrate, smoke_test_s=smoke_test)
     env = dict(os.environ)
     if secret is not None:
         env[ADMIN_ENV] = secret

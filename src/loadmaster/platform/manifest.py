@@ -101,6 +101,29 @@ class Retry(_Strict):
     max_attempts: Annotated[int, Field(ge=1, le=100)] = 3
 
 
+class MetricGoal(StrEnum):
+    MIN = "min"  # a loss: lower is better
+    MAX = "max"  # an accuracy: higher is better
+
+
+class EarlyStop(_Strict):
+    """Stop the job, COMPLETED, once the metric its learners report (runtime.report(loss=...)) has not improved
+    by more than min_delta over its best for `patience` reports in a row."""
+
+    metric: str = Field(min_length=1, max_length=64, pattern=r"^[A-Za-z_][A-Za-z0-9_.-]*$")
+    patience: Annotated[int, Field(ge=1, le=1_000_000)]
+    min_delta: Annotated[float, Field(ge=0, allow_inf_nan=False)] = 0.0
+    mode: MetricGoal = MetricGoal.MIN
+
+    @field_validator("metric")
+    @classmethod
+    def _not_bookkeeping(cls, v: str) -> str:
+        if v in ("time", "step", "total_steps", "progress"):
+            raise ValueError(f"{v!r} is progress bookkeeping, not a metric that plateaus: name the reported "
+                             "value to watch, e.g. loss")
+        return v
+
+
 class JobManifest(_Strict):
     # The schema says what _name() checks (the check itself stays there, for its message).
     name: str = Field(json_schema_extra={"pattern": _NAME.pattern, "minLength": 1, "maxLength": 128})
@@ -123,6 +146,8 @@ class JobManifest(_Strict):
     expected_duration_s: Annotated[float, Field(gt=0, le=365 * 86400)] | None = None
     # Seconds a stopped learner has between SIGTERM and SIGKILL to checkpoint; None: the server's --grace.
     stop_grace_s: Annotated[float, Field(ge=0, le=MAX_STOP_GRACE_S)] | None = None
+    # Opt-in: stop the job (COMPLETED, not retried) once its reported metric plateaus.
+    early_stop: EarlyStop | None = None
     data: str | None = None  # fsspec URL staged before the learners start (DOWNLOADING)
     results: str | None = None  # fsspec URL the results directory is copied to (STORING)
     # Slurm's --dependency: the job is not scheduled until each job of `after` has started (or ended), each

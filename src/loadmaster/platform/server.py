@@ -80,6 +80,11 @@ class ServerOptions:
     insecure_shared_user: bool = False
     admin_token_file: Path | None = None
     max_upload_mb: float = DEFAULT_MAX_MB  # a code package's files, unpacked
+    # Defragment: move smaller running jobs (halt with a checkpoint, requeue) so that a gang waiting on
+    # fragmentation starts (decide()'s `migrate`).
+    migrate: bool = False
+    # Smoke test first: a new multi-GPU job's attempt first runs this many seconds on one GPU (0: off).
+    smoke_test_s: float = 0.0
 
     def check(self) -> None:
         if self.executor not in EXECUTORS:
@@ -96,6 +101,9 @@ class ServerOptions:
         if self.checkpoint_interval_s is not None and not self.checkpoint_interval_s > 0:
             raise ServerError(f"--checkpoint-interval {self.checkpoint_interval_s:g}: give the seconds between the "
                               "jobs' checkpoints, more than 0")
+        if not 0 <= self.smoke_test_s <= 86400:
+            raise ServerError(f"--smoke-test {self.smoke_test_s:g}: give the seconds a new multi-GPU job first runs "
+                              "on one GPU, 0 (off) to 86400")
         if not 1000 <= self.uid_base <= 2**31 - 2**20:
             raise ServerError(f"--uid-base {self.uid_base}: give the first uid of a free range, 1000..{2**31 - 2**20}")
         if self.executor == "ray" and self.nodes:
@@ -288,7 +296,8 @@ class Platform:
             dirs = JobDirs(root)
             loop = ControlLoop(store, cluster, executor, dirs, policy=server_policy(options),
                                placer=make_placer(options.placement), tick_s=options.tick_s,
-                               grace_s=options.grace_s, isolation=isolation)
+                               grace_s=options.grace_s, isolation=isolation, migrate=options.migrate,
+                               smoke_test_s=options.smoke_test_s)
         except BaseException:
             api.close()
             if store is not None:

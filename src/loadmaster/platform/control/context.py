@@ -49,9 +49,19 @@ class Context:
     progress_flush_s: float = 2.0  # a running job's progress is written to the store at most this often
     isolation: Isolation = field(default_factory=Isolation)
     tenancies: dict[str, JobTenancy] = field(default_factory=dict)  # read at each start (roots may change)
+    # --smoke-test: a multi-GPU job's attempt first runs this long on one GPU (0: off). smoke_passed: job id ->
+    # its failure count when its latest test passed (a failure after it means testing again). Memory only: a
+    # restarted server tests such a job once more.
+    smoke_test_s: float = 0.0
+    smoke_passed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.node_index = {n.name: i for i, n in enumerate(self.cluster.nodes)}
+
+    def smoking(self, job_id: str, gpus: int) -> bool:
+        """Whether an attempt holding `gpus` GPUs is the job's one-GPU smoke test (see snapshot.smoke_due)."""
+        manifest = self.manifest(job_id)
+        return self.smoke_test_s > 0 and manifest.elastic is None and manifest.gpus > 1 and gpus == 1
 
     def changed(self, job_id: str) -> None:
         """The job's run, pending start or backoff changed: decide again, rebuilding its view."""

@@ -105,6 +105,10 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
         transition(s, job, JobStatus.HALTED, now, HALTED_BY_USER)
         report.halted.append(job.id)
         return
+    if isinstance(outcome, Succeeded) and ctx.smoking(job.id, _gpus(attempt)):
+        # A job that ends within its test ran on one GPU only as a test: its gang runs it for real.
+        _smoke_passed(b, ctx, job, attempt, f"exited 0 within its {ctx.smoke_test_s:g} s on one GPU")
+        return
     match outcome:
         case Succeeded():
             _succeeded(b, ctx, job, run)
@@ -138,17 +142,19 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
             b.after(lambda: _back_off(ctx, job.id, now))
 
 
-def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None) -> None:
+def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None, why: str | None = None) -> None:
+    """COMPLETED (through STORING when the manifest names where results go); `why`: an early stop's reason."""
     url = ctx.results_url(job.id)
     learners = len(run.spec.learners) if run is not None else job.learners
+    why = why or f"all {learners} learner(s) exited 0"
     if url:
         # The learners are gone: their GPUs are free while the results are copied.
-        transition(b.s, job, JobStatus.STORING, b.now, f"all {learners} learner(s) exited 0; copying results to {url}")
+        transition(b.s, job, JobStatus.STORING, b.now, f"{why}; copying results to {url}")
         ctx.report.stored.append(job.id)
         job_id, number = job.id, job.attempts
         b.after(lambda: ctx.upload(job_id, number))
         return
-    transition(b.s, job, JobStatus.COMPLETED, b.now, f"all {learners} learner(s) exited 0")
+    transition(b.s, job, JobStatus.COMPLETED, b.now, why)
     ctx.report.completed.append(job.id)
 
 
@@ -178,6 +184,11 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         attempt.retry_decision = f"not retried: {stop.detail}"
         transition(s, job, JobStatus.FAILED, now, stop.detail)
         report.failed.append(job.id)
+    elif stop.kind is StopKind.SMOKE:
+        _smoke_passed(b, ctx, job, attempt, stop.detail)
+    elif stop.kind is StopKind.EARLY_STOP:
+        attempt.retry_decision = f"not retried: {stop.detail}"
+        _succeeded(b, ctx, job, run, stop.detail)
     elif run is not None and run.resize_to is not None and job.status == JobStatus.PROCESSING.value:
         # Between two attempts of a resize: PROCESSING, booking nothing until the relaunch books its GPUs.
         attempt.retry_decision = f"resized: {stop.detail}"
@@ -189,6 +200,21 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         attempt.retry_decision = f"requeued: {stop.detail} (the new size was lost in a restart)"
         transition(s, job, JobStatus.QUEUED, now, "requeued: a resize was cut short by a server restart")
         report.requeued.append(job.id)
+
+
+def _gpus(attempt: Attempt) -> int:
+    """GPUs the attempt held, from its allocation document."""
+    learners = (attempt.allocation or {}).get("learners") or ()
+    return sum(len(x.get("gpu_ids", ())) for x in learners if isinstance(x, dict))
+
+
+def _smoke_passed(b: Batch, ctx: Context, job: Job, attempt: Attempt, detail: str) -> None:
+    """The one-GPU smoke test passed: QUEUED for the whole gang, not tested again unless it fails."""
+    attempt.retry_decision = f"smoke test passed ({detail})"
+    transition(b.s, job, JobStatus.QUEUED, b.now, f"smoke test passed ({detail}); queued for its whole gang")
+    ctx.report.requeued.append(job.id)
+    job_id, failures = job.id, job.failures
+    b.after(lambda: ctx.smoke_passed.__setitem__(job_id, failures))
 
 
 def _back_off(ctx: Context, job_id: str, now: float) -> None:

@@ -50,7 +50,7 @@ from loadmaster.platform.control.router import route_all
 from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, JobInputs, SnapshotBuilder
 from loadmaster.platform.control.stages import Stager
 from loadmaster.platform.control.state import Phase, StopIntent, StopKind
-from loadmaster.platform.control.stopping import runtime_exceeded
+from loadmaster.platform.control.stopping import runtime_exceeded, smoke_done
 from loadmaster.platform.control.table import JobTable, read_tenants
 from loadmaster.platform.estimates import Estimator
 from loadmaster.platform.executors.base import Executor, MembershipSource
@@ -112,7 +112,8 @@ class ControlLoop:
                  progress_flush_s: float = 2.0, estimates: bool = True, reconcile_s: float = 10.0,
                  estimate_interval_s: float = 5.0, estimate_horizon_s: float = DEFAULT_HORIZON_S,
                  stuck_after_s: float | None = None, coalesce_s: float = 0.02,
-                 isolation: Isolation | None = None, nodes_every_s: float = 1.0) -> None:
+                 isolation: Isolation | None = None, nodes_every_s: float = 1.0, migrate: bool = False,
+                 smoke_test_s: float = 0.0) -> None:
         self.policy = policy
         # Manifests may name their own placement; the server's placer places the rest.
         self.placer = PerJobPlacer(placer, PLACERS)
@@ -124,8 +125,11 @@ class ControlLoop:
         self.metrics = LoopMetrics()
         self.ctx = Context(store, cluster, executor, dirs, clock, grace_s, Stager(self.wake),
                            Launcher(executor, self.wake), JobTable(store), Bookings(clock), self.metrics,
-                           progress_flush_s=progress_flush_s, isolation=isolation or Isolation())
-        self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer)
+                           progress_flush_s=progress_flush_s, isolation=isolation or Isolation(),
+                           smoke_test_s=smoke_test_s)
+        self.builder = SnapshotBuilder(cluster, default_duration_s, policy=policy, placer=self.placer,
+                                       migrate=migrate, smoke_test_s=smoke_test_s,
+                                       smoke_passed=self.ctx.smoke_passed)
         self.gates = Gates(store)  # dependencies and array limits: queued jobs held out of decide()'s sight
         # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
         self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,
@@ -379,7 +383,8 @@ class ControlLoop:
                 events.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
         events += requests.pending_requests(ctx)
         for run in ctx.runs.values():
-            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now)
+            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now) or \
+                (run.early_stop if run.stop is None else None) or smoke_done(ctx, run, now)
             if intent is not None:
                 events.append(ev.Stop(run.job_id, intent))
         events += self._pending_starts(now)

@@ -9,6 +9,10 @@ and work done is counted as time run.
 Reports come often (every step). The store is written at most every Context.progress_flush_s per job (2 s
 by default), all the round's updates in one transaction, and a new decision is asked for only when the
 expected duration moved by more than DURATION_CHANGE (progress that matters).
+
+A manifest's `early_stop` is watched here too: rank 0's values of its metric are counted (state.Plateau), and
+once they have plateaued the run is marked for an early stop, which the next round carries out as a stop
+with the usual grace (the learner checkpoints on should_preempt()); the job then ends COMPLETED, not retried.
 """
 
 from __future__ import annotations
@@ -40,6 +44,11 @@ def take_progress(ctx: Context, items: Iterable[Progress]) -> None:
         run = ctx.runs.get(item.job_id)
         if run is None or run.attempt != item.attempt or run.running_since is None:
             continue
+        rule = ctx.manifest(item.job_id).early_stop
+        if rule is not None and item.rank == 0 and run.early_stop is None:
+            value = _number(item.report.get(rule.metric))
+            if value is not None:
+                run.early_stop = run.plateau.add(value, rule)
         step = _number(item.report.get("step"))
         at = _number(item.report.get("time"))
         if step is None or at is None:

@@ -10,6 +10,8 @@
   Starts waiting for that count as running, holding what they were given.
 - A job whose launch could not be made waits out its backoff outside the snapshot.
 - Free capacity is the cluster minus what the running views hold; tenants come from the tenants table.
+- With --smoke-test, a multi-GPU job not yet tested (since its last failure) is queued, and runs, as its
+  one-GPU smoke test (the simulator's smoke_spec); with --migrate, decide() may move running jobs.
 
 The builder is incremental: it keeps every job's view and rebuilds only those of jobs that changed (their
 row, their run, their pending start), and keeps free capacity and each tenant's GPUs up to date as views
@@ -45,6 +47,7 @@ from loadmaster.scheduling.plan import Plan
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+from loadmaster.sim.simulator import smoke_spec
 
 DEFAULT_DURATION_S = 3600.0
 Vector = npt.NDArray[np.float64]
@@ -82,7 +85,8 @@ class _SteadyKeys(PerJobPlacer):
 
 class SnapshotBuilder:
     def __init__(self, cluster: Cluster, default_duration_s: float = DEFAULT_DURATION_S, *,
-                 policy: Policy | None = None, placer: PerJobPlacer | None = None) -> None:
+                 policy: Policy | None = None, placer: PerJobPlacer | None = None, migrate: bool = False,
+                 smoke_test_s: float = 0.0, smoke_passed: Mapping[str, int] | None = None) -> None:
         self.cluster = cluster
         self.default_duration_s = default_duration_s
         self.node_index = {n.name: i for i, n in enumerate(cluster.nodes)}
@@ -100,6 +104,10 @@ class SnapshotBuilder:
         self.placer = placer
         self._steady = _SteadyKeys(placer.default, placer.registry) if placer is not None else None
         self._session: Session | None = None
+        self.migrate = migrate  # the Session's decide() may move running jobs to defragment
+        # --smoke-test (Context.smoke_test_s): a queued multi-GPU job not yet tested asks for one GPU.
+        self.smoke_test_s = smoke_test_s
+        self.smoke_passed: Mapping[str, int] = smoke_passed if smoke_passed is not None else {}
         self._session_full = False
         self._moving: set[str] = set()
         self.down: list[int] = []  # nodes nothing may be placed on (dead or drained): no free capacity
@@ -182,7 +190,7 @@ class SnapshotBuilder:
         full = bool(self._moving)
         session = self._session
         if session is None or self._session_full != full:
-            session = self._session = Session(self.policy, self.placer if full else self._steady)
+            session = self._session = Session(self.policy, self.placer if full else self._steady, self.migrate)
             self._session_full = full
             for view in self.queued.values():
                 session.add(view)
@@ -239,6 +247,12 @@ class SnapshotBuilder:
         self._specs[row.id] = (key, spec)
         return spec
 
+    def _smoke_due(self, row: JobRow, manifest: JobManifest) -> bool:
+        """Whether the job's next (or current) attempt is a one-GPU smoke test: --smoke-test is on, the job is a
+        multi-GPU one of fixed size, and no test passed since its last failure."""
+        return (self.smoke_test_s > 0 and manifest.elastic is None and row.target_learners is None
+                and manifest.gpus > 1 and self.smoke_passed.get(row.id) != row.failures)
+
     def view(self, inputs: JobInputs) -> JobView | None:
         """The job as decide() sees it: queued (no allocation), holding an allocation, or absent (None)."""
         row, manifest, tenant, start, run = inputs.row, inputs.manifest, inputs.tenant, inputs.start, inputs.run
@@ -247,6 +261,8 @@ class SnapshotBuilder:
             if row.halt_requested or row.cancel_requested or inputs.held_back:
                 return None  # the loop acts on the request this round; a backoff holds it out
             spec = self.spec(row, manifest, tenant, None)
+            if self._smoke_due(row, manifest):
+                spec = smoke_spec(spec, self.smoke_test_s)
             return JobView(spec, row.queued_since, row.attempts + 1, None, row.work_done_s, 0.0, row.queued_since,
                            row.attained_gpu_s, row.preemptions, None)
         alloc: Allocation | None = None
@@ -272,6 +288,8 @@ class SnapshotBuilder:
         if alloc is None:
             return None  # STORING (learners gone), or an allocation on nodes this cluster lacks
         spec = self.spec(row, manifest, tenant, alloc)
+        if self._smoke_due(row, manifest) and alloc.gpus == 1:  # its smoke test runs
+            spec = smoke_spec(spec, self.smoke_test_s)
         return JobView(spec, row.queued_since, max(row.attempts, 1), alloc, work, rate, as_of, attained,
                        row.preemptions, started)
 

@@ -6,12 +6,14 @@ a store error leaves it as it was, and the round that failed is tried again."""
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from loadmaster.core.job import Allocation
 from loadmaster.platform.executors.base import AttemptSpec
+from loadmaster.platform.manifest import EarlyStop, MetricGoal
 
 CANCELLED_BY_USER = "cancelled by the user"
 HALTED_BY_USER = "halted by the user"
@@ -22,7 +24,9 @@ class StopKind(StrEnum):
     HALT = "halt"  # the user: HALTED until resumed
     CANCEL = "cancel"  # the user: CANCELLED
     RESIZE = "resize"  # elastic scale: relaunched at the new size right after
+    SMOKE = "smoke"  # --smoke-test: the one-GPU test ran its seconds: QUEUED for the whole gang
     RUNTIME = "runtime"  # max_runtime_s reached: FAILED
+    EARLY_STOP = "early_stop"  # the manifest's early_stop: the reported metric plateaued: COMPLETED
 
     @property
     def frees_resources(self) -> bool:
@@ -35,7 +39,11 @@ class StopKind(StrEnum):
         return _RANK[self]
 
 
-_RANK = {StopKind.RESIZE: 0, StopKind.PREEMPT: 1, StopKind.RUNTIME: 2, StopKind.HALT: 3, StopKind.CANCEL: 4}
+# A passed smoke test outranks a preemption (the job is requeued either way, and passed it need not test
+# again); an early stop outranks the scheduler's stops (a plateaued job completes rather than being requeued);
+# a user's halt or cancel outranks them all.
+_RANK = {StopKind.RESIZE: 0, StopKind.PREEMPT: 1, StopKind.SMOKE: 2, StopKind.RUNTIME: 3, StopKind.EARLY_STOP: 4,
+         StopKind.HALT: 5, StopKind.CANCEL: 6}
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +73,30 @@ class Phase(StrEnum):
     def stored(self) -> str:
         """The attempt's outcome column while it is in this phase (before any stop is asked for)."""
         return "running" if self is Phase.RUNNING else "launching"
+
+
+@dataclass
+class Plateau:
+    """A manifest's early_stop, counted over one attempt's reports as Keras' EarlyStopping counts: a value
+    improves when it beats the best so far by more than min_delta; `patience` values in a row that do not mean
+    the metric has plateaued. The count belongs to the attempt: a job preempted or moved counts afresh."""
+
+    best: float = math.nan
+    since_best: int = 0
+
+    def add(self, value: float, rule: EarlyStop) -> StopIntent | None:
+        """Count one reported value; the stop that is due once the metric has plateaued."""
+        better = value < self.best - rule.min_delta if rule.mode is MetricGoal.MIN else \
+            value > self.best + rule.min_delta
+        if math.isnan(self.best) or better:
+            self.best, self.since_best = value, 0
+            return None
+        self.since_best += 1
+        if self.since_best < rule.patience:
+            return None
+        return StopIntent(StopKind.EARLY_STOP, f"early stop: {rule.metric} plateaued at {value:.6g} (best "
+                                               f"{self.best:.6g}; {rule.patience} reports without an improvement "
+                                               f"of more than {rule.min_delta:g})")
 
 
 @dataclass
@@ -116,6 +148,8 @@ class RunState:
     stop: StopIntent | None = None
     resize_to: Allocation | None = None  # the allocation a RESIZE stop relaunches on
     progress: ProgressTrack = field(default_factory=ProgressTrack)
+    plateau: Plateau = field(default_factory=Plateau)  # the manifest's early_stop, if it has one
+    early_stop: StopIntent | None = None  # due: the watched metric plateaued (the next round stops the attempt)
     # Progress as the store holds it: work done and GPU-seconds attained as of `as_of` (see progress.py).
     as_of: float = 0.0
     work_done_s: float = 0.0

@@ -62,3 +62,11 @@ def runtime_exceeded(run: RunState, max_runtime_s: float | None, now: float) -> 
     if ran <= max_runtime_s:
         return None
     return StopIntent(StopKind.RUNTIME, f"ran {ran:.0f} s, past max_runtime_s {max_runtime_s:g} s")
+
+
+def smoke_done(ctx: Context, run: RunState, now: float) -> StopIntent | None:
+    """The stop a smoke test that has run its seconds on one GPU is due: it passed, the job queues for its gang."""
+    if run.stop is not None or run.running_since is None or now - run.running_since < ctx.smoke_test_s or \
+            not ctx.smoking(run.job_id, run.allocation.gpus):
+        return None
+    return StopIntent(StopKind.SMOKE, f"ran {ctx.smoke_test_s:g} s on one GPU")
