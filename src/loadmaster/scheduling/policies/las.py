@@ -67,13 +67,16 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
-from loadmaster.scheduling.policies.windows import enough_victims_at
+from loadmaster.scheduling.policies.windows import enough_at
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 TIRESIAS_THRESHOLDS_GPU_S: tuple[float, ...] = (3250.0,)
 DEFAULT_STARVE_FACTOR = 100.0
 DEFAULT_ROUND_S = 60.0
 DEFAULT_MAX_LOSS_S = 60.0
+# Checkpoint windows of each running job that next_change_s follows: past them it asks for a round. More
+# cost a little more per call and spare rounds where a gang waits for windows to open on enough GPUs at once.
+WINDOWS_FOLLOWED = 4
 _RANK_KEY = itemgetter(0, 1, 2)  # queue, submit time, job id
 _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
@@ -86,6 +89,7 @@ def _before(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
     with np.errstate(invalid="ignore"):
         out: npt.NDArray[np.float64] = np.where(np.isfinite(t), t - np.abs(t) * 1e-12 - 1e-9, t)
     return out
+
 
 # Relative training throughput per GPU type, V100 = 1.0: the same numbers as the simulator's
 # DEFAULT_TYPE_SPEED (sim/perf.py, medians over Gavel's models), repeated because scheduling may not
@@ -128,14 +132,21 @@ class LasPolicy(KeyedPolicy):
         # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
         # the jobs). See victim_candidates().
         self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
-        # The same jobs' minus queues in ascending order and the GPUs of each prefix, without the victim
-        # order (most displacement searches end at releasable_gpus(), which needs only these).
-        self._releasable: tuple[Snapshot, list[int], list[float]] | None = None
+        # The GPUs of the same jobs above each queue, without the victim order (most displacement searches
+        # end at releasable_gpus(), which needs only these).
+        self._releasable: tuple[Snapshot, list[float]] | None = None
+        # Per snapshot: the running jobs' arrays, GPUs held, service as queue() counts it, displaceable now.
+        self._now: tuple[Snapshot, tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
+                                         npt.NDArray[np.bool_]]] | None = None
         # Per running view (by identity): what next_change_s needs of it that does not change while it runs.
         self._facts: dict[int, tuple[JobView, tuple[float, float, float]]] = {}
         # The running jobs' numbers as arrays, for the last tuple of running views asked about (a shell that
         # keeps one tuple while its running jobs do not change, as the simulator does, pays for them once).
         self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
+        # next_change_s's last answer: (running views, free GPUs, gangs by queue, clock, the clocks at which a
+        # gang could start, horizon), reused while the first three stay the same.
+        self._quiet: tuple[Sequence[JobView], float, tuple[tuple[int, float], ...], float,
+                           npt.NDArray[np.float64], float] | None = None
 
     # -- attained service: what `las-het` redefines ---------------------------------------------------
     def service(self, job: JobView, clock: float) -> float:
@@ -232,9 +243,10 @@ class LasPolicy(KeyedPolicy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Nobody waiting can displace anyone (every waiting class is in the last queue): only a promotion
         (the Session's) changes that. Else a waiting job of queue q may displace the running jobs of a queue
-        above q that are in their checkpoint window; that set grows only when one completes a checkpoint
-        or crosses threshold q, and a gang still short of GPUs with all of them released cannot start
-        before enough new ones have joined (windows.enough_victims_at)."""
+        above q that are in their checkpoint window, a window that opens when one completes a checkpoint and
+        closes max_loss_s of work later: a gang still short of GPUs with every job it may displace released
+        cannot start before windows open at once on enough of them (windows.enough_at). The next
+        WINDOWS_FOLLOWED windows of each job are followed; past them (the horizon) a round is made."""
         last = len(self.thresholds)
         needs: dict[int, float] = {}  # queue -> the smallest gang of that queue that may displace others
         for h in heads:
@@ -246,40 +258,95 @@ class LasPolicy(KeyedPolicy):
         if not needs or not snap.running:
             return math.inf
         clock = snap.clock
-        running = snap.running
-        n = len(running)
-        arrays = self._run_arrays(running)
-        done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
-        if arrays.facts is None:
-            arrays.facts = np.array([self._run_facts(v) for v in running], dtype=np.float64).reshape(n, 3)
-        facts = arrays.facts
-        held, base = facts[:, 0], facts[:, 2]  # GPUs held, service before a promoted run
-        service = self._services(snap, running, facts) - base
-        opens = np.full(n, math.inf)
-        if self.max_loss_s is None:
-            opens[:] = clock
-        else:
-            opens[np.asarray(self._displaceable_all(snap, running))] = clock
-            ckpt = self.checkpoint_interval_s
-            later = (opens > clock) & (rate > 0)
-            if ckpt > 0 and later.any():
-                work = done + rate * np.maximum(0.0, clock - as_of)
-                target = (np.floor(work / ckpt) + 1) * ckpt
-                opens[later] = _before((as_of + (target - done) / np.where(rate > 0, rate, 1.0))[later])
         free = float(snap.free_gpus.sum())
-        soon = math.inf
+        facts = (snap.running, free, tuple(sorted(needs.items())))
+        memo = self._quiet
+        if memo is not None and memo[0] is facts[0] and memo[1:3] == facts[1:] and memo[3] <= clock < memo[5]:
+            # The same running jobs, free GPUs and gangs as at an earlier clock before its horizon, and nothing
+            # started in the rounds since: the clocks found then still hold, less those already passed (a
+            # window whose rounded opening lies within rounding of this clock may not have opened yet: kept).
+            at, horizon = memo[4], memo[5]
+            i = int(np.searchsorted(at, clock - abs(clock) * 4e-12 - 4e-9, side="right"))
+            return min(float(at[i]) if i < at.size else math.inf, horizon)
+        at, horizon = self._enough_at(snap, needs, free)
+        self._quiet = (*facts, clock, at, horizon)
+        return min(float(at[0]) if at.size else math.inf, horizon)
+
+    def _enough_at(self, snap: Snapshot, needs: Mapping[int, float], free: float
+                   ) -> tuple[npt.NDArray[np.float64], float]:
+        """The clocks before the horizon at which a waiting gang of `needs` could start by displacing jobs in
+        their windows (sorted), and the horizon (infinite when none ever could)."""
+        clock = snap.clock
+        running = snap.running
+        arrays, held, service, now = self._running_now(snap)
+        facts = arrays.facts
+        assert facts is not None
+        base = facts[:, 2]  # service before a promoted run
+        opens, closes, later = self._windows(clock, arrays, now)  # (windows followed, running jobs)
+        gpus = np.broadcast_to(held, opens.shape).ravel()
+        found = [np.empty(0)]
+        horizon = math.inf
         for q, need in needs.items():
-            if q + 1 > last:
-                continue
             threshold = self.thresholds[q]
-            crosses = np.where(service >= threshold, clock, self._reach_times(running, facts, threshold + base))
-            at = np.maximum(crosses, opens)
-            now = at <= clock
-            counted = float(held[now].sum())
-            pending = (~now) & np.isfinite(at)
-            soon = min(soon, enough_victims_at(zip(at[pending].tolist(), held[pending].tolist(), strict=True),
-                                               need - free - counted))
-        return soon
+            below = service < threshold
+            crosses = np.where(below, self._reach_times(running, facts, threshold + base), clock)
+            ever = np.isfinite(crosses) & np.isfinite(opens[0])  # may be displaced by this gang now or later
+            if float(held[ever].sum()) + 1e-9 < need - free:
+                continue  # not even with every job it may ever displace
+            # A window joins the set this gang may displace unless it is one of that set's now (a later
+            # window of such a job joins again after it closed).
+            joins = np.ones(opens.shape, dtype=bool)
+            joins[0] = ~(now & ~below)
+            start = np.where(joins, np.maximum(opens, crosses), opens).ravel()
+            ends = closes.ravel()
+            seen = start <= ends
+            horizon = min(horizon, float(later[ever].min()))
+            found.append(enough_at(start[seen], ends[seen], gpus[seen], joins.ravel()[seen], need - free))
+        at = np.sort(np.concatenate(found))
+        return at[at < horizon], horizon
+
+    def _windows(self, clock: float, arrays: _RunArrays, now: npt.NDArray[np.bool_]
+                 ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """The next WINDOWS_FOLLOWED checkpoint windows of each running job (rows; the first is the current
+        one for a job in one, `now`): when each opens (rounded down; the clock for one open now; infinite
+        for one that never opens) and closes (rounded up; infinite for one that never closes), and when each
+        job's window after those opens (rounded down)."""
+        n = now.size
+        never = np.full(n, math.inf)
+        if self.max_loss_s is None:
+            return np.full((1, n), clock), np.full((1, n), math.inf), never
+        done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
+        ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
+        moving = rate > 0
+        step = np.where(moving, rate, 1.0)
+        if ckpt <= 0:
+            # No checkpoints: displaceable until max_loss_s of work is done, never again after.
+            end = as_of + (loss - done) / step
+            closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
+            return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], never
+        work = done + rate * np.maximum(0.0, clock - as_of)
+        # The checkpoints that open the windows followed, and the one after them.
+        k = np.floor(work / ckpt) + np.where(now, 0.0, 1.0) + np.arange(WINDOWS_FOLLOWED + 1.0)[:, None]
+        # Every number here is finite (a job that makes no progress divides by 1): windows.before() inline,
+        # and its mirror for closings (a window must never close before it really does).
+        reach = as_of + (k * ckpt - done) / step
+        early = reach - np.abs(reach) * 1e-12 - 1e-9
+        end = reach[:-1] + loss / step
+        opens = np.where(moving, early[:-1], math.inf)
+        opens[0, now] = clock
+        closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, -math.inf)
+        closes[0, now & ~moving] = math.inf
+        return opens, closes, np.where(moving, early[-1], math.inf)
+
+    def _facts_of(self, running: Sequence[JobView]) -> npt.NDArray[np.float64]:
+        """_run_facts() of every running view, as rows (the memo is read inline: this runs over every running
+        job whenever they change)."""
+        memo = self._facts
+        rows = []
+        for v in running:
+            hit = memo.get(id(v))
+            rows.append(hit[1] if hit is not None and hit[0] is v else self._run_facts(v))
+        return np.array(rows, dtype=np.float64).reshape(len(running), 3)
 
     def _run_facts(self, job: JobView) -> tuple[float, float, float]:
         """A running job's GPUs held, GPUs of its gang, and the service its current run does not count
@@ -355,21 +422,30 @@ class LasPolicy(KeyedPolicy):
     def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
         rel = self._releasable
         if rel is None or rel[0] is not snap:
-            run = self._displaceable
-            if run is not None and run[0] is snap:
-                rel = (snap, run[1], run[3])
-            else:
-                # The jobs of a queue above the job's are the same set in any order within a queue, and
-                # GPUs are whole numbers: the prefix sums equal those of the victim order.
-                running = snap.running
-                pairs = sorted((-self.queue(snap, v), v.allocation.gpus if v.allocation is not None else 0)
-                               for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok)
-                held = [0.0]
-                for _, gpus in pairs:
-                    held.append(held[-1] + gpus)
-                rel = (snap, [q for q, _ in pairs], held)
-            self._releasable = rel
-        return rel[2][bisect_left(rel[1], -self.queue(snap, job))]
+            # The GPUs of the jobs displaceable now, per queue above each queue (once per snapshot).
+            _, held, service, now = self._running_now(snap)
+            queues = np.searchsorted(self.thresholds, service[now], side="right")
+            gpus = held[now]
+            rel = self._releasable = (snap, [float(gpus[queues > q].sum()) for q in range(len(self.thresholds) + 1)])
+        return rel[1][self.queue(snap, job)]
+
+    def _running_now(self, snap: Snapshot) -> tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
+                                                    npt.NDArray[np.bool_]]:
+        """The running jobs' arrays, GPUs held, service as their queue counts it (queue() of each is the
+        number of thresholds at most that), and which are displaceable now, with queue()'s and displaceable()'s
+        float operations (once per snapshot)."""
+        memo = self._now
+        if memo is not None and memo[0] is snap:
+            return memo[1]
+        running = snap.running
+        arrays = self._run_arrays(running)
+        if arrays.facts is None:
+            arrays.facts = self._facts_of(running)
+        facts = arrays.facts
+        state = (arrays, facts[:, 0], self._services(snap, running, facts) - facts[:, 2],
+                 self._displaceable_mask(snap, running))
+        self._now = (snap, state)
+        return state
 
     def _displaceable_run(self, snap: Snapshot) -> tuple[Snapshot, list[int], list[JobView], list[float]]:
         """The running jobs displaceable now in victim_key order, minus each one's queue, and the GPUs of
@@ -389,8 +465,13 @@ class LasPolicy(KeyedPolicy):
     def _displaceable_all(self, snap: Snapshot, jobs: Sequence[JobView]) -> list[bool]:
         """displaceable() of every job at once, with the same float operations (this runs over every
         running job whenever a job may displace others)."""
+        flags: list[bool] = self._displaceable_mask(snap, jobs).tolist()
+        return flags
+
+    def _displaceable_mask(self, snap: Snapshot, jobs: Sequence[JobView]) -> npt.NDArray[np.bool_]:
+        """_displaceable_all() as an array."""
         if self.max_loss_s is None:
-            return [True] * len(jobs)
+            return np.ones(len(jobs), dtype=bool)
         arrays = self._run_arrays(jobs)
         done = arrays.done
         work = done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of)
@@ -399,8 +480,7 @@ class LasPolicy(KeyedPolicy):
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
         else:
             ok = (np.floor(work / ckpt) > np.floor(done / ckpt)) & (np.remainder(work, ckpt) <= self.max_loss_s)
-        flags: list[bool] = ok.tolist()
-        return flags
+        return ok
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         # A job in the last queue has nobody below it.

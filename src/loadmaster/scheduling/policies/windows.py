@@ -3,16 +3,20 @@
 A shell that decides on a timer (the simulator's rounds) may skip every round before the earliest such
 time once a decision changed nothing. Displacement under a checkpoint window (in_checkpoint_window) is
 possible only just after a running job completes a checkpoint, so the set of jobs a waiting job may
-displace grows only at checkpoints (and, for LAS, when a running job's service crosses a threshold); a
-waiting job that could not start by displacing a larger set cannot start with a smaller one (releasing
-fewer jobs frees no more room). Every time computed here is rounded down a little (`before`): a round
-made early costs a decision, a round skipped late would change a result.
+displace grows only at checkpoints (and, for LAS, when a running job's service crosses a threshold) and
+shrinks as their windows close; a waiting job that could not start by displacing a larger set cannot
+start with a smaller one (releasing fewer jobs frees no more room). Every opening computed here is
+rounded down a little (`before`) and every closing up: a round made early costs a decision, a round
+skipped late would change a result.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Iterable
+
+import numpy as np
+import numpy.typing as npt
 
 from loadmaster.scheduling.snapshot import JobView
 
@@ -43,14 +47,21 @@ def next_window_s(running: Iterable[JobView], clock: float, checkpoint_interval_
     return min((next_checkpoint_at(v, clock, checkpoint_interval_s) for v in running), default=math.inf)
 
 
-def enough_victims_at(gpus: Iterable[tuple[float, float]], deficit: float) -> float:
-    """The earliest clock at which the victims becoming displaceable (each a (clock, GPUs) pair, in any
-    order) could cover `deficit` GPUs that a waiting gang still lacks with every job it may displace now:
-    before then it cannot start, however its victims are chosen. deficit <= 0 (enough GPUs now, but not in
-    the gang's shape): the first new victim."""
-    got = 0.0
-    for at, g in sorted(gpus):
-        got += g
-        if got >= deficit:
-            return at
-    return math.inf
+def enough_at(opens: npt.NDArray[np.float64], closes: npt.NDArray[np.float64], gpus: npt.NDArray[np.float64],
+              joins: npt.NDArray[np.bool_], deficit: float) -> npt.NDArray[np.float64]:
+    """The openings of windows at which the windows open then hold at least `deficit` GPUs, in order: job i
+    holds gpus[i] and is displaceable from opens[i] to closes[i] (both included); joins[i] says its opening
+    is one a waiting gang has not yet seen (the others are open now and only close). Between two of these
+    clocks the displaceable set is either short of the deficit or a subset of the one seen at the earlier,
+    so nothing can start. Openings sort before closings at one clock, so a tie counts both windows (a round
+    made early, never late)."""
+    n = opens.size
+    if n == 0 or not joins.any():
+        return np.empty(0)
+    times = np.concatenate((np.where(joins, opens, -math.inf), closes))
+    order = np.lexsort((np.repeat((0, 1), n), times))
+    active = np.cumsum(np.concatenate((gpus, -gpus))[order])
+    joining = order < n
+    joining[joining] = joins[order[joining]]
+    at: npt.NDArray[np.float64] = times[order[joining & (active >= deficit - 1e-9)]]
+    return at
