@@ -132,9 +132,9 @@ class LasPolicy(KeyedPolicy):
         # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
         # the jobs). See victim_candidates().
         self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
-        # The GPUs of the same jobs above each queue, without the victim order (most displacement searches
-        # end at releasable_gpus(), which needs only these).
-        self._releasable: tuple[Snapshot, list[float]] | None = None
+        # The same jobs' minus queues in ascending order and the GPUs of each prefix, without the victim
+        # order (most displacement searches end at releasable_gpus(), which needs only these).
+        self._releasable: tuple[Snapshot, list[int], list[float]] | None = None
         # Per snapshot: the running jobs' arrays, GPUs held, service as queue() counts it, displaceable now.
         self._now: tuple[Snapshot, tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                          npt.NDArray[np.bool_]]] | None = None
@@ -422,12 +422,21 @@ class LasPolicy(KeyedPolicy):
     def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
         rel = self._releasable
         if rel is None or rel[0] is not snap:
-            # The GPUs of the jobs displaceable now, per queue above each queue (once per snapshot).
-            _, held, service, now = self._running_now(snap)
-            queues = np.searchsorted(self.thresholds, service[now], side="right")
-            gpus = held[now]
-            rel = self._releasable = (snap, [float(gpus[queues > q].sum()) for q in range(len(self.thresholds) + 1)])
-        return rel[1][self.queue(snap, job)]
+            run = self._displaceable
+            if run is not None and run[0] is snap:
+                rel = (snap, run[1], run[3])
+            else:
+                # The jobs of a queue above the job's are the same set in any order within a queue, and
+                # GPUs are whole numbers: the prefix sums equal those of the victim order.
+                running = snap.running
+                pairs = sorted((-self.queue(snap, v), v.allocation.gpus if v.allocation is not None else 0)
+                               for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok)
+                held = [0.0]
+                for _, gpus in pairs:
+                    held.append(held[-1] + gpus)
+                rel = (snap, [q for q, _ in pairs], held)
+            self._releasable = rel
+        return rel[2][bisect_left(rel[1], -self.queue(snap, job))]
 
     def _running_now(self, snap: Snapshot) -> tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                                     npt.NDArray[np.bool_]]:
