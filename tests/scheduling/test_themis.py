@@ -277,3 +277,43 @@ def test_victim_search_finds_exactly_the_jobs_may_preempt_allows(snap: Snapshot,
         assert set(found) == allowed and len(found) == len(allowed)
         if j.job_id not in p.offered(snap):
             assert not found
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> Snapshot:
+    """A queue short (ranked in Python) or long (ranked with numpy), on one GPU type or three, of jobs with or
+    without per-type speeds, some with work done before (preempted), some of equal submit times (ties)."""
+    het = draw(st.booleans())
+    c = het_cluster() if het else cluster(4, 4, 4)
+    clock = 10_000.0 + draw(st.floats(0, 5000))
+    speeds = (None, (("v100", 1.0), ("p100", 0.8), ("k80", 0.05)), (("v100", 1.0), ("p100", 0.9), ("k80", 0.5)))
+    views = []
+    for i in range(draw(st.sampled_from([2, 5, 40, 63, 64, 150]))):
+        spec = job(f"q{i:03d}", gpus=draw(st.sampled_from([0, 1, 2, 4])), learners=draw(st.integers(1, 3)),
+                   submit=float(draw(st.integers(0, 20))) * 500.0, duration=draw(st.floats(1, 20_000)),
+                   type_speed=draw(st.sampled_from(speeds)))
+        done = draw(st.floats(0, spec.duration_s))
+        views.append(JobView(spec, spec.submit_time_s, work_done_s=done, as_of=spec.submit_time_s))
+    return Snapshot.idle(clock, c, tuple(views))
+
+
+@settings(max_examples=150, deadline=None)
+@given(queues(), st.sampled_from([0.0, 0.5, 0.8]))
+def test_the_ranking_is_worst_rho_offered_then_least_remaining_gpu_time(snap: Snapshot, f: float) -> None:
+    # The ranking's fast paths (one pass over a short queue, numpy over a long one) against the definition:
+    # rho from queued_rho() (bid, remaining work, ideal time), sorted as the module docstring says.
+    p = ThemisPolicy(fairness_knob=f)
+    ranked = [j.job_id for j in p.rank(snap)]
+    ref = ThemisPolicy(fairness_knob=f)._round(snap)
+    ref.rho.clear()
+    ref.bids.clear()
+    rho = {j.job_id: ref.queued_rho(j) for j in snap.queued}
+    by_rho = sorted(snap.queued, key=lambda j: (-rho[j.job_id], j.spec.submit_time_s, j.job_id))
+    k = p.offer_count(len(by_rho))
+    rest = sorted(by_rho[k:], key=lambda j: (j.remaining_at(snap.clock) * j.spec.gpus, j.spec.submit_time_s,
+                                              j.job_id))
+    assert ranked == [j.job_id for j in by_rho[:k] + rest]
+    assert p.offered(snap) == {j.job_id for j in by_rho[:k]}
+    assert {j.job_id: p.rho(snap, j) for j in snap.queued} == rho
+    assert {j.job_id: p.type_preference(snap, j) for j in snap.queued} == {
+        j.job_id: ref.bid(j)[0] for j in snap.queued}

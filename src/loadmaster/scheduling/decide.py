@@ -230,6 +230,8 @@ class _Round:
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
+        if not self.policy.preemptor(self.snap, self.gate, job):
+            return reason  # before the search's set-up: most jobs of a queue may displace nobody
         per_learner = job.spec.gpus_per_learner
         need = learners * per_learner
         prefer = self.policy.type_preference(self.snap, job)
@@ -243,8 +245,6 @@ class _Round:
         saved: SavedCapacity | None = None
         alloc: Allocation | WaitReason = reason
         tried_with = 0  # how many victims were released at the last placement attempt
-        if not self.policy.preemptor(self.snap, self.gate, job):
-            return reason
         free = self.free
         if not self.gated:
             # Walking the victims of a search that cannot free enough GPUs changes nothing but this memo.

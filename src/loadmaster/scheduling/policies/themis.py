@@ -112,6 +112,10 @@ class _ClusterFacts:
 
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
+_ANY_TYPE: _Bid = (None, 1.0)  # the bid of a job to which every GPU type is worth the same
+# _Round._rank_short's entries: worst rho first; least remaining GPU-time first (each then submit time, id).
+_FIRST_THREE = itemgetter(0, 1, 2)
+_EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
 _VECTOR_MIN = 64
@@ -164,7 +168,7 @@ class _Round:
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
         self.snap = snap
-        self.clock = clock = snap.clock
+        self.clock = snap.clock
         queued = snap.queued
         self.facts = policy.cluster_facts(snap.cluster)
         self.share = self.facts.total_gpus / max(len(queued) + len(snap.running), 1)  # a private 1/N slice
@@ -184,13 +188,36 @@ class _Round:
         if len(queued) >= _VECTOR_MIN:
             self._rank_vectorized(queued)
             return
-        order = sorted(((self.queued_rho(j), j) for j in queued),
-                       key=lambda rj: (-rj[0], rj[1].spec.submit_time_s, rj[1].job_id))
-        k = policy.offer_count(len(order))
-        self.offered = frozenset(j.job_id for _, j in order[:k])
-        rest = sorted((j for _, j in order[k:]),
-                      key=lambda j: (j.remaining_at(clock) * j.spec.gpus, j.spec.submit_time_s, j.job_id))
-        self.ranked = [j for _, j in order[:k]] + rest
+        self._rank_short(queued)
+
+    def _rank_short(self, queued: Sequence[JobView]) -> None:
+        """The ranking for a short queue, where it runs at almost every event: one pass computes each job's
+        rho and both sort keys (as queued_rho, remaining_at and _ideal_s do, with the same float operations
+        in the same order), then plain tuples are sorted (job ids are unique: views are never compared)."""
+        clock, share = self.clock, self.share
+        uniform = self.facts.uniform
+        rho_of = self.rho
+        bids = self.bids
+        by_rho: list[tuple[float, float, str, float, JobView]] = []
+        for j in queued:
+            spec = j.spec
+            job_id = spec.job_id
+            remaining = max(0.0, spec.duration_s - (j.work_done_s + j.rate * max(0.0, clock - j.as_of)))
+            gpus = spec.learners * spec.gpus_per_learner
+            if spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None):
+                speed = 1.0  # every type is worth the same to this job: bid() would say so
+                bids[job_id] = _ANY_TYPE
+            else:
+                speed = max(self.bid(j)[1], _TINY)
+            slower = gpus / share if 0 < share < gpus else 1.0
+            rho = ((clock - spec.submit_time_s) + remaining / speed) / max(spec.duration_s * slower, _TINY)
+            rho_of[job_id] = rho
+            by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
+        by_rho.sort(key=_FIRST_THREE)
+        k = self.policy.offer_count(len(by_rho))
+        self.offered = frozenset(e[2] for e in by_rho[:k])
+        rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
+        self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
 
     def _rank_vectorized(self, queued: Sequence[JobView]) -> None:
         """The order above, for a long queue: every rho at once with the same float operations in the
@@ -295,9 +322,11 @@ class _Round:
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
                         and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
-                victim_rho = _rho_if_preempted(v, clock, share, ckpt, restart)
-                known[v.job_id] = victim_rho
-                entries.append((victim_rho, -(started or 0.0), v.job_id, v))
+                job_id = spec.job_id
+                victim_rho = known.get(job_id)
+                if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
+                    victim_rho = known[job_id] = _rho_if_preempted(v, clock, share, ckpt, restart)
+                entries.append((victim_rho, -(started or 0.0), job_id, v))
             entries.sort(key=_VICTIM_ORDER)
             self._victims = entries
             self._victims_min_gpus = min_gpus
