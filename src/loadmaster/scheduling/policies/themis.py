@@ -162,8 +162,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "clock", "facts", "offered",
-                 "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock", "facts",
+                 "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -176,6 +176,7 @@ class _Round:
         self.bids: dict[str, _Bid] = {}
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
+        self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
         self._victim_rho: dict[str, float] = {}
@@ -218,6 +219,17 @@ class _Round:
         self.offered = frozenset(e[2] for e in by_rho[:k])
         rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
         self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
+        self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
+
+    def _know_classes(self, offered: Iterable[str], rest: Iterable[str]) -> None:
+        """Every ranked job's decision class, which decide() asks next (every job has its bid by now)."""
+        bids = self.bids
+        classes = self.classes
+        for was_offered, ids in ((True, offered), (False, rest)):
+            any_type = (was_offered, None)  # the common class: one tuple for all its jobs
+            for job_id in ids:
+                types = bids[job_id][0]
+                classes[job_id] = any_type if types is None else (was_offered, types)
 
     def _rank_vectorized(self, queued: Sequence[JobView]) -> None:
         """The order above, for a long queue: every rho at once with the same float operations in the
@@ -257,8 +269,10 @@ class _Round:
         k = self.policy.offer_count(n)
         top, rest = order[:k], order[k:]
         rest = rest[_lexsort_by_id([ids[i] for i in rest.tolist()], submit[rest], (remaining * gpus)[rest])]
-        self.offered = frozenset(ids[i] for i in top.tolist())
+        top_ids = [ids[i] for i in top.tolist()]
+        self.offered = frozenset(top_ids)
         self.ranked = [queued[i] for i in top.tolist()] + [queued[i] for i in rest.tolist()]
+        self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
 
     # -- rho ------------------------------------------------------------------------------------------
     def ideal_s(self, spec: JobSpec) -> float:
@@ -499,5 +513,6 @@ class ThemisPolicy(Policy):
         # same shape may displace a subset of an earlier one's victims: if that one found no room, neither
         # does this one (decide's own memo of failed displacements relies on the same order).
         rnd = self._round(snap)
-        return (job.job_id in rnd.offered, rnd.bid(job)[0])
+        known = rnd.classes.get(job.spec.job_id)
+        return known if known is not None else (job.job_id in rnd.offered, rnd.bid(job)[0])
 
