@@ -10,7 +10,7 @@ from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
-from loadmaster.scheduling.policies.themis import ThemisPolicy
+from loadmaster.scheduling.policies.themis import ThemisPolicy, _ideal_s, _rho_if_preempted
 from loadmaster.sim.experiment import RunOptions, simulate
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.simulator import Simulator
@@ -317,3 +317,16 @@ def test_the_ranking_is_worst_rho_offered_then_least_remaining_gpu_time(snap: Sn
     assert {j.job_id: p.rho(snap, j) for j in snap.queued} == rho
     assert {j.job_id: p.type_preference(snap, j) for j in snap.queued} == {
         j.job_id: ref.bid(j)[0] for j in snap.queued}
+
+
+@settings(max_examples=100, deadline=None)
+@given(contested(), st.sampled_from([0.5, 3.0, 64.0]), st.sampled_from([0.0, 900.0]))
+def test_rho_if_preempted_redoes_the_work_since_the_last_checkpoint_and_pays_a_restart(
+        snap: Snapshot, share: float, ckpt: float) -> None:
+    # _rho_if_preempted writes work_at() and _ideal_s() out for speed: it must stay their composition.
+    clock = snap.clock
+    for v in snap.running:
+        work = v.work_at(clock)
+        lost = work % ckpt if ckpt > 0 else work
+        shared = (clock - v.spec.submit_time_s) + 30.0 + (v.remaining_at(clock) + lost) / max(v.rate, 1e-9)
+        assert _rho_if_preempted(v, clock, share, ckpt, 30.0) == shared / _ideal_s(v.spec, share)

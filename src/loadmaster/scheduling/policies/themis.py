@@ -151,12 +151,17 @@ def _ideal_s(spec: JobSpec, share: float) -> float:
 def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, restart: float) -> float:
     """rho of a running job stopped at `clock` and restarted at once at its current rate: it redoes the
     work since its last checkpoint (all of it without checkpoints) and pays a restart."""
+    # work_at() and _ideal_s() written out (the same operations): this runs for every running job a
+    # displacement may take, at almost every decision.
     spec = victim.spec
-    work = victim.work_at(clock)
+    rate = victim.rate
+    work = victim.work_done_s + rate * max(0.0, clock - victim.as_of)
     lost = work % ckpt if ckpt > 0 else work
     remaining = max(0.0, spec.duration_s - work)
-    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(victim.rate, _TINY)
-    return shared / _ideal_s(spec, share)
+    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(rate, _TINY)
+    gpus = spec.learners * spec.gpus_per_learner
+    slower = gpus / share if 0 < share < gpus else 1.0
+    return shared / max(spec.duration_s * slower, _TINY)
 
 
 class _Round:
