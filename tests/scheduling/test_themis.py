@@ -11,9 +11,11 @@ from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
 from loadmaster.scheduling.policies.themis import ThemisPolicy, _ideal_s, _rho_if_preempted
+from loadmaster.scheduling.session import Session
 from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.failures import FailureModel
 from loadmaster.sim.perf import PerformanceModel
-from loadmaster.sim.simulator import Simulator
+from loadmaster.sim.simulator import SimConfig, SimResult, Simulator
 from tests.helpers import cluster, job, queued, workload
 
 
@@ -330,3 +332,67 @@ def test_rho_if_preempted_redoes_the_work_since_the_last_checkpoint_and_pays_a_r
         lost = work % ckpt if ckpt > 0 else work
         shared = (clock - v.spec.submit_time_s) + 30.0 + (v.remaining_at(clock) + lost) / max(v.rate, 1e-9)
         assert _rho_if_preempted(v, clock, share, ckpt, 30.0) == shared / _ideal_s(v.spec, share)
+
+
+# -- the re-auction with migration (issue 13): a running job whose lease ended may move to better GPUs --------
+def on_k80(duration: float, work: float, started: float = 0.0) -> Snapshot:
+    """A job 20x slower on K80 than on V100, running on the K80 server since `started` at its K80 rate with `work`
+    done by now (5,000 s); the V100 and P100 servers free, nobody queued."""
+    c = het_cluster()
+    spec = job("slow", gpus=4, duration=duration, type_speed=(("v100", 1.0), ("p100", 0.8), ("k80", 0.05)))
+    view = JobView(spec, 0.0, allocation=Allocation("slow", (0,), 4, 0, 0), work_done_s=work, rate=0.05,
+                   as_of=5000.0, started_at=started)
+    return snapshot(c, 5000.0, (), (view,))
+
+
+def test_a_running_job_moves_to_the_faster_gpus_the_reauction_offers_it() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0)
+    assert decide(snap, ThemisPolicy(), make_placer("pack")).migrations == ()  # off by default
+    [move] = decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True).migrations
+    assert move.job_id == "slow"
+    assert snap.cluster.nodes[move.allocation.learner_nodes[0]].gpu_type == "v100"
+
+
+def test_no_move_when_the_restart_and_lost_work_cost_more_than_the_faster_gpus_save() -> None:
+    # 250 s of work done, 50 s left (1,000 s on the K80): moved, it redoes the 250 s since its (absent)
+    # checkpoint plus a restart, 330 s on a V100 -- still sooner. With 1 s left it is not worth it.
+    assert decide(on_k80(duration=300.0, work=250.0), ThemisPolicy(checkpoint_interval_s=0.0), make_placer("pack"),
+                  migrate=True).migrations != ()
+    assert decide(on_k80(duration=251.0, work=250.0), ThemisPolicy(checkpoint_interval_s=0.0), make_placer("pack"),
+                  migrate=True).migrations == ()
+
+
+def test_a_job_within_its_lease_is_not_moved() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0, started=4800.0)  # started 200 s ago: lease of 600 s
+    assert decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True).migrations == ()
+
+
+def test_the_session_reauctions_as_decide_does() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0)
+    session = Session(ThemisPolicy(), make_placer("pack"), migrate=True)
+    assert session.decide(snap) == decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True)
+
+
+def test_the_simulator_carries_out_reauction_moves_and_every_job_finishes() -> None:
+    # a and b hold the two V100 servers; c accepts the K80 at once (a 10,000 s lease makes waiting for a V100
+    # cost more than the K80's slowdown); a wide d waits behind them. Once V100s free up, c (its lease over)
+    # moves there: it finishes sooner than on the K80, a move is not a preemption, every job finishes.
+    c = Cluster((Node("k0", 4, 32, 256, gpu_type="k80"), Node("v0", 4, 32, 256, gpu_type="v100"),
+                 Node("v1", 4, 32, 256, gpu_type="v100")))
+    speeds = (("v100", 1.0), ("k80", 0.6))
+    jobs = [job("a", gpus=4, duration=12_000.0, type_speed=speeds),
+            job("b", gpus=4, duration=20_000.0, type_speed=speeds),
+            job("c", gpus=4, duration=14_000.0, submit=10.0, type_speed=speeds),
+            job("d", gpus=4, learners=2, duration=1000.0, submit=11_000.0, type_speed=speeds)]
+
+    def run(migrate: bool) -> SimResult:
+        return Simulator(c, ThemisPolicy(lease_s=10_000), make_placer("pack"), FailureModel(seed=0),
+                         PerformanceModel(c), SimConfig(migrate=migrate)).run(workload(*jobs))
+
+    plain, moved = run(False), run(True)
+    assert "migrations" not in plain.mode_metrics and moved.mode_metrics["migrations"] == 1
+    by_id = {r.spec.job_id: r for r in moved.records}
+    assert by_id["c"].migrations == 1 and by_id["c"].preemptions == 0
+    assert by_id["c"].gpu_s_lost_migrating > 0
+    assert by_id["c"].finish_s < {r.spec.job_id: r for r in plain.records}["c"].finish_s
+    assert all(r.status is JobStatus.COMPLETED for r in moved.records + plain.records)

@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.job import JobSpec
+from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -405,14 +405,10 @@ class _Round:
         gpus = spec.learners * spec.gpus_per_learner
         per = spec.gpus_per_learner
         room = self.type_room()
-        # Speeds relative to the job's best type here, as the simulator's performance model counts them.
-        listed = dict(spec.type_speed or ())
-        best_listed = max((s for t, s in listed.items() if t in room), default=1.0)
-        defaults = self.facts.default_speed
+        speeds = self.type_speeds(spec)
         valued: list[tuple[float, bool, str]] = []
         for t, (free_total, free_node, node_cap) in room.items():
-            raw = listed.get(t)
-            speed = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+            speed = speeds[t]
             if speed <= 0:
                 continue  # the job does not run there at all
             available = free_total >= gpus and free_node >= per
@@ -424,6 +420,74 @@ class _Round:
             return None
         valued.sort(key=lambda v: -v[0])
         return valued
+
+    def type_speeds(self, spec: JobSpec) -> dict[str, float]:
+        """The job's speed on each GPU type of the cluster relative to its best type here, as the simulator's
+        performance model counts them (the cluster's defaults for a job without speeds of its own)."""
+        listed = dict(spec.type_speed or ())
+        types = self.facts.types
+        best_listed = max((s for t, s in listed.items() if t in types), default=1.0)
+        defaults = self.facts.default_speed
+        out = {}
+        for t in types:
+            raw = listed.get(t)
+            out[t] = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+        return out
+
+    # -- the re-auction (migration on) -------------------------------------------------------------------
+    def speed_at(self, spec: JobSpec, alloc: Allocation) -> float:
+        """The job's effective speed on `alloc` relative to its best (type speed, and its family's
+        cross-server slowdown for a gang that spans servers): the bids' valuation of a placement."""
+        nodes = self.snap.cluster.nodes
+        speed = self.type_speeds(spec)[nodes[alloc.learner_nodes[0]].gpu_type]
+        if spec.learners > 1 and len(set(alloc.learner_nodes)) > 1:
+            speed /= 1.0 + family_of(spec.model).cross_node_slowdown
+        return speed
+
+    def rho_staying(self, job: JobView) -> float:
+        """A running job's rho if it keeps running where it is, at its current rate."""
+        shared = (self.clock - job.spec.submit_time_s) + job.remaining_at(self.clock) / max(job.rate, _TINY)
+        return shared / self.ideal_s(job.spec)
+
+    def moves_wanted(self) -> list[tuple[JobView, tuple[str, ...]]]:
+        """Running jobs whose lease has expired re-enter the auction: the worst 1 - f of them by rho (as the
+        queued offer), each with the GPU types it would run faster on than where it is, fastest first (every
+        type for a gang spread over servers, where the placer may find it one). Only gangs that cannot be
+        resized; jobs that run nowhere faster are left out."""
+        entries = []
+        for v in self.snap.running:
+            spec = v.spec
+            if v.allocation is None or spec.elastic or spec.gpus_per_learner == 0 or v.rate <= _TINY:
+                continue
+            if self.lease_expired(v):
+                entries.append((-self.rho_staying(v), -(v.started_at or 0.0), v.job_id, v))
+        entries.sort(key=_VICTIM_ORDER)
+        wanted = []
+        for _, _, _, v in entries[:self.policy.offer_count(len(entries))]:
+            assert v.allocation is not None
+            now = self.speed_at(v.spec, v.allocation)
+            speeds = self.type_speeds(v.spec)
+            spread = v.spec.learners > 1 and len(set(v.allocation.learner_nodes)) > 1
+            faster = sorted((t for t, x in speeds.items() if x > now + 1e-12 or (spread and x >= now - 1e-12)),
+                            key=lambda t: -speeds[t])
+            if faster:
+                wanted.append((v, tuple(faster)))
+        return wanted
+
+    def worth_moving(self, job: JobView, to: Allocation) -> bool:
+        """Moving pays when the job, restarted at once on `to` (its restart and the work since its last
+        checkpoint redone, at its current rate scaled by the placements' valuations), finishes sooner than
+        if it stays: its rho then falls."""
+        assert job.allocation is not None
+        now, then = self.speed_at(job.spec, job.allocation), self.speed_at(job.spec, to)
+        if then <= now + 1e-12:
+            return False
+        p = self.policy
+        work = job.work_at(self.clock)
+        lost = work % p.checkpoint_interval_s if p.checkpoint_interval_s > 0 else work
+        remaining = max(0.0, job.spec.duration_s - work)
+        rate = max(job.rate, _TINY)
+        return p.restart_overhead_s + (remaining + lost) / (rate * then / now) < remaining / rate
 
 
 class ThemisPolicy(Policy):
@@ -511,6 +575,13 @@ class ThemisPolicy(Policy):
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
+
+    # -- the re-auction: with migration on, decide() offers running jobs the GPUs left free (Reauctions) ---
+    def moves_wanted(self, snap: Snapshot) -> Sequence[tuple[JobView, Sequence[str]]]:
+        return self._round(snap).moves_wanted()
+
+    def worth_moving(self, snap: Snapshot, job: JobView, to: Allocation) -> bool:
+        return self._round(snap).worth_moving(job, to)
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
