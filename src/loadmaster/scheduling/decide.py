@@ -427,8 +427,8 @@ class _Round:
         """Move running jobs into free GPUs where their policy says the move pays (Reauctions); only GPUs
         nobody queued could take in this round are offered, and a move never displaces anyone."""
         policy = self.policy
-        if not isinstance(policy, Reauctions):
-            return
+        if self.free.total_gpus < 1 or not isinstance(policy, Reauctions):
+            return  # under overload the queue has taken every GPU: nothing to offer
         acted = self.preempted | self.resized | self.moved
         for job, prefer in policy.moves_wanted(self.snap):
             alloc = job.allocation

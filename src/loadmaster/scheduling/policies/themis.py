@@ -167,8 +167,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock", "facts",
-                 "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock",
+                 "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -182,6 +182,7 @@ class _Round:
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
         self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
+        self._speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = {}  # by spec.type_speed
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
         self._victim_rho: dict[str, float] = {}
@@ -424,6 +425,9 @@ class _Round:
     def type_speeds(self, spec: JobSpec) -> dict[str, float]:
         """The job's speed on each GPU type of the cluster relative to its best type here, as the simulator's
         performance model counts them (the cluster's defaults for a job without speeds of its own)."""
+        known = self._speeds.get(spec.type_speed)
+        if known is not None:
+            return known
         listed = dict(spec.type_speed or ())
         types = self.facts.types
         best_listed = max((s for t, s in listed.items() if t in types), default=1.0)
@@ -432,6 +436,7 @@ class _Round:
         for t in types:
             raw = listed.get(t)
             out[t] = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+        self._speeds[spec.type_speed] = out
         return out
 
     # -- the re-auction (migration on) -------------------------------------------------------------------
