@@ -10,10 +10,12 @@ from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
-from loadmaster.scheduling.policies.themis import ThemisPolicy
+from loadmaster.scheduling.policies.themis import ThemisPolicy, _ideal_s, _rho_if_preempted
+from loadmaster.scheduling.session import Session
 from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.failures import FailureModel
 from loadmaster.sim.perf import PerformanceModel
-from loadmaster.sim.simulator import Simulator
+from loadmaster.sim.simulator import SimConfig, SimResult, Simulator
 from tests.helpers import cluster, job, queued, workload
 
 
@@ -277,3 +279,120 @@ def test_victim_search_finds_exactly_the_jobs_may_preempt_allows(snap: Snapshot,
         assert set(found) == allowed and len(found) == len(allowed)
         if j.job_id not in p.offered(snap):
             assert not found
+
+
+@st.composite
+def queues(draw: st.DrawFn) -> Snapshot:
+    """A queue short (ranked in Python) or long (ranked with numpy), on one GPU type or three, of jobs with or
+    without per-type speeds, some with work done before (preempted), some of equal submit times (ties)."""
+    het = draw(st.booleans())
+    c = het_cluster() if het else cluster(4, 4, 4)
+    clock = 10_000.0 + draw(st.floats(0, 5000))
+    speeds = (None, (("v100", 1.0), ("p100", 0.8), ("k80", 0.05)), (("v100", 1.0), ("p100", 0.9), ("k80", 0.5)))
+    views = []
+    for i in range(draw(st.sampled_from([2, 5, 40, 63, 64, 150]))):
+        spec = job(f"q{i:03d}", gpus=draw(st.sampled_from([0, 1, 2, 4])), learners=draw(st.integers(1, 3)),
+                   submit=float(draw(st.integers(0, 20))) * 500.0, duration=draw(st.floats(1, 20_000)),
+                   type_speed=draw(st.sampled_from(speeds)))
+        done = draw(st.floats(0, spec.duration_s))
+        views.append(JobView(spec, spec.submit_time_s, work_done_s=done, as_of=spec.submit_time_s))
+    return Snapshot.idle(clock, c, tuple(views))
+
+
+@settings(max_examples=150, deadline=None)
+@given(queues(), st.sampled_from([0.0, 0.5, 0.8]))
+def test_the_ranking_is_worst_rho_offered_then_least_remaining_gpu_time(snap: Snapshot, f: float) -> None:
+    # The ranking's fast paths (one pass over a short queue, numpy over a long one) against the definition:
+    # rho from queued_rho() (bid, remaining work, ideal time), sorted as the module docstring says.
+    p = ThemisPolicy(fairness_knob=f)
+    ranked = [j.job_id for j in p.rank(snap)]
+    ref = ThemisPolicy(fairness_knob=f)._round(snap)
+    ref.rho.clear()
+    ref.bids.clear()
+    rho = {j.job_id: ref.queued_rho(j) for j in snap.queued}
+    by_rho = sorted(snap.queued, key=lambda j: (-rho[j.job_id], j.spec.submit_time_s, j.job_id))
+    k = p.offer_count(len(by_rho))
+    rest = sorted(by_rho[k:], key=lambda j: (j.remaining_at(snap.clock) * j.spec.gpus, j.spec.submit_time_s,
+                                              j.job_id))
+    assert ranked == [j.job_id for j in by_rho[:k] + rest]
+    assert p.offered(snap) == {j.job_id for j in by_rho[:k]}
+    assert {j.job_id: p.rho(snap, j) for j in snap.queued} == rho
+    assert {j.job_id: p.type_preference(snap, j) for j in snap.queued} == {
+        j.job_id: ref.bid(j)[0] for j in snap.queued}
+
+
+@settings(max_examples=100, deadline=None)
+@given(contested(), st.sampled_from([0.5, 3.0, 64.0]), st.sampled_from([0.0, 900.0]))
+def test_rho_if_preempted_redoes_the_work_since_the_last_checkpoint_and_pays_a_restart(
+        snap: Snapshot, share: float, ckpt: float) -> None:
+    # _rho_if_preempted writes work_at() and _ideal_s() out for speed: it must stay their composition.
+    clock = snap.clock
+    for v in snap.running:
+        work = v.work_at(clock)
+        lost = work % ckpt if ckpt > 0 else work
+        shared = (clock - v.spec.submit_time_s) + 30.0 + (v.remaining_at(clock) + lost) / max(v.rate, 1e-9)
+        assert _rho_if_preempted(v, clock, share, ckpt, 30.0) == shared / _ideal_s(v.spec, share)
+
+
+# -- the re-auction with migration (issue 13): a running job whose lease ended may move to better GPUs --------
+def on_k80(duration: float, work: float, started: float = 0.0) -> Snapshot:
+    """A job 20x slower on K80 than on V100, running on the K80 server since `started` at its K80 rate with `work`
+    done by now (5,000 s); the V100 and P100 servers free, nobody queued."""
+    c = het_cluster()
+    spec = job("slow", gpus=4, duration=duration, type_speed=(("v100", 1.0), ("p100", 0.8), ("k80", 0.05)))
+    view = JobView(spec, 0.0, allocation=Allocation("slow", (0,), 4, 0, 0), work_done_s=work, rate=0.05,
+                   as_of=5000.0, started_at=started)
+    return snapshot(c, 5000.0, (), (view,))
+
+
+def test_a_running_job_moves_to_the_faster_gpus_the_reauction_offers_it() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0)
+    assert decide(snap, ThemisPolicy(), make_placer("pack")).migrations == ()  # off by default
+    [move] = decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True).migrations
+    assert move.job_id == "slow"
+    assert snap.cluster.nodes[move.allocation.learner_nodes[0]].gpu_type == "v100"
+
+
+def test_no_move_when_the_restart_and_lost_work_cost_more_than_the_faster_gpus_save() -> None:
+    # 250 s of work done, 50 s left (1,000 s on the K80): moved, it redoes the 250 s since its (absent)
+    # checkpoint plus a restart, 330 s on a V100 -- still sooner. With 1 s left it is not worth it.
+    assert decide(on_k80(duration=300.0, work=250.0), ThemisPolicy(checkpoint_interval_s=0.0), make_placer("pack"),
+                  migrate=True).migrations != ()
+    assert decide(on_k80(duration=251.0, work=250.0), ThemisPolicy(checkpoint_interval_s=0.0), make_placer("pack"),
+                  migrate=True).migrations == ()
+
+
+def test_a_job_within_its_lease_is_not_moved() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0, started=4800.0)  # started 200 s ago: lease of 600 s
+    assert decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True).migrations == ()
+
+
+def test_the_session_reauctions_as_decide_does() -> None:
+    snap = on_k80(duration=100_000.0, work=0.0)
+    session = Session(ThemisPolicy(), make_placer("pack"), migrate=True)
+    assert session.decide(snap) == decide(snap, ThemisPolicy(), make_placer("pack"), migrate=True)
+
+
+def test_the_simulator_carries_out_reauction_moves_and_every_job_finishes() -> None:
+    # a and b hold the two V100 servers; c accepts the K80 at once (a 10,000 s lease makes waiting for a V100
+    # cost more than the K80's slowdown); a wide d waits behind them. Once V100s free up, c (its lease over)
+    # moves there: it finishes sooner than on the K80, a move is not a preemption, every job finishes.
+    c = Cluster((Node("k0", 4, 32, 256, gpu_type="k80"), Node("v0", 4, 32, 256, gpu_type="v100"),
+                 Node("v1", 4, 32, 256, gpu_type="v100")))
+    speeds = (("v100", 1.0), ("k80", 0.6))
+    jobs = [job("a", gpus=4, duration=12_000.0, type_speed=speeds),
+            job("b", gpus=4, duration=20_000.0, type_speed=speeds),
+            job("c", gpus=4, duration=14_000.0, submit=10.0, type_speed=speeds),
+            job("d", gpus=4, learners=2, duration=1000.0, submit=11_000.0, type_speed=speeds)]
+
+    def run(migrate: bool) -> SimResult:
+        return Simulator(c, ThemisPolicy(lease_s=10_000), make_placer("pack"), FailureModel(seed=0),
+                         PerformanceModel(c), SimConfig(migrate=migrate)).run(workload(*jobs))
+
+    plain, moved = run(False), run(True)
+    assert "migrations" not in plain.mode_metrics and moved.mode_metrics["migrations"] == 1
+    by_id = {r.spec.job_id: r for r in moved.records}
+    assert by_id["c"].migrations == 1 and by_id["c"].preemptions == 0
+    assert by_id["c"].gpu_s_lost_migrating > 0
+    assert by_id["c"].finish_s < {r.spec.job_id: r for r in plain.records}["c"].finish_s
+    assert all(r.status is JobStatus.COMPLETED for r in moved.records + plain.records)

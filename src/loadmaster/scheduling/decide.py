@@ -8,7 +8,9 @@ reason. It reads nothing but the snapshot: no clock, database or process.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
@@ -25,6 +27,20 @@ _MEMO_LIMIT = 32
 MAX_MOVES = 8
 # Why a gang that does not fit may fit after smaller jobs move: free GPUs of the wrong shape.
 _DEFRAGMENTABLE = (WaitReason.FRAGMENTATION, WaitReason.LOCALITY_WAIT)
+
+
+@runtime_checkable
+class Reauctions(Protocol):
+    """A policy whose running jobs may win a better placement when their lease ends (Themis' re-auction):
+    with migration on, each round offers them the GPUs left free after the queue was answered."""
+
+    def moves_wanted(self, snap: Snapshot) -> Iterable[tuple[JobView, Sequence[str]]]:
+        """Running jobs that might gain from moving, most urgent first, each with the GPU types to try."""
+        ...
+
+    def worth_moving(self, snap: Snapshot, job: JobView, to: Allocation) -> bool:
+        """Does moving `job` to `to` pay for its restart and the work since its last checkpoint?"""
+        ...
 
 
 def _dominates(big: Shape, small: Shape) -> bool:
@@ -230,6 +246,8 @@ class _Round:
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
+        if not self.policy.preemptor(self.snap, self.gate, job):
+            return reason  # before the search's set-up: most jobs of a queue may displace nobody
         per_learner = job.spec.gpus_per_learner
         need = learners * per_learner
         prefer = self.policy.type_preference(self.snap, job)
@@ -243,8 +261,6 @@ class _Round:
         saved: SavedCapacity | None = None
         alloc: Allocation | WaitReason = reason
         tried_with = 0  # how many victims were released at the last placement attempt
-        if not self.policy.preemptor(self.snap, self.gate, job):
-            return reason
         free = self.free
         if not self.gated:
             # Walking the victims of a search that cannot free enough GPUs changes nothing but this memo.
@@ -407,6 +423,23 @@ class _Round:
             self.no_migrate[shape] = free.version
         return reason
 
+    def reauction(self) -> None:
+        """Move running jobs into free GPUs where their policy says the move pays (Reauctions); only GPUs
+        nobody queued could take in this round are offered, and a move never displaces anyone."""
+        policy = self.policy
+        if self.free.total_gpus < 1 or not isinstance(policy, Reauctions):
+            return  # under overload the queue has taken every GPU: nothing to offer
+        acted = self.preempted | self.resized | self.moved
+        for job, prefer in policy.moves_wanted(self.snap):
+            alloc = job.allocation
+            if alloc is None or job.job_id in acted:
+                continue
+            to = self.placer.place(job, alloc.learners, self.free, self.snap, prefer)
+            if isinstance(to, Allocation) and policy.worth_moving(self.snap, job, to):
+                self.free.take(to)  # its old GPUs free up once the move is carried out
+                self.migrations.append(Migrate(job.job_id, to))
+                self.moved.add(job.job_id)
+
     def attempt(self, job: JobView) -> tuple[Allocation | WaitReason, bool]:
         """Try to start `job` now: the quota gate, a whole-gang placement, then displacement for a preemptive
         policy. A start is booked in the round (capacity, gate, starts). Returns the allocation or why it
@@ -518,5 +551,7 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
             blocked = strict_order(job)
         if key is not None:
             alike[key] = (result, placed)
+    if migrate:
+        rnd.reauction()
     rnd.grows_elastic(waits)
     return rnd.plan(rejects, waits)

@@ -316,6 +316,8 @@ class _Walk:
         blocked = self._walk()
         waits = self._changes(blocked, new_ids)
         rnd = self.rnd
+        if session.migrate:
+            rnd.reauction()
         if self.snap.running_elastic and self._only_reasons(_LETS_ELASTIC_GROW):
             rnd.grow_elastic()
         return rnd.plan(self.rejects, waits)

@@ -62,7 +62,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.job import JobSpec
+from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -112,6 +112,10 @@ class _ClusterFacts:
 
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
+_ANY_TYPE: _Bid = (None, 1.0)  # the bid of a job to which every GPU type is worth the same
+# _Round._rank_short's entries: worst rho first; least remaining GPU-time first (each then submit time, id).
+_FIRST_THREE = itemgetter(0, 1, 2)
+_EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
 _VECTOR_MIN = 64
@@ -147,24 +151,29 @@ def _ideal_s(spec: JobSpec, share: float) -> float:
 def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, restart: float) -> float:
     """rho of a running job stopped at `clock` and restarted at once at its current rate: it redoes the
     work since its last checkpoint (all of it without checkpoints) and pays a restart."""
+    # work_at() and _ideal_s() written out (the same operations): this runs for every running job a
+    # displacement may take, at almost every decision.
     spec = victim.spec
-    work = victim.work_at(clock)
+    rate = victim.rate
+    work = victim.work_done_s + rate * max(0.0, clock - victim.as_of)
     lost = work % ckpt if ckpt > 0 else work
     remaining = max(0.0, spec.duration_s - work)
-    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(victim.rate, _TINY)
-    return shared / _ideal_s(spec, share)
+    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(rate, _TINY)
+    gpus = spec.learners * spec.gpus_per_learner
+    slower = gpus / share if 0 < share < gpus else 1.0
+    return shared / max(spec.duration_s * slower, _TINY)
 
 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "clock", "facts", "offered",
-                 "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock",
+                 "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
         self.snap = snap
-        self.clock = clock = snap.clock
+        self.clock = snap.clock
         queued = snap.queued
         self.facts = policy.cluster_facts(snap.cluster)
         self.share = self.facts.total_gpus / max(len(queued) + len(snap.running), 1)  # a private 1/N slice
@@ -172,6 +181,8 @@ class _Round:
         self.bids: dict[str, _Bid] = {}
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
+        self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
+        self._speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = {}  # by spec.type_speed
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
         self._victim_rho: dict[str, float] = {}
@@ -184,13 +195,47 @@ class _Round:
         if len(queued) >= _VECTOR_MIN:
             self._rank_vectorized(queued)
             return
-        order = sorted(((self.queued_rho(j), j) for j in queued),
-                       key=lambda rj: (-rj[0], rj[1].spec.submit_time_s, rj[1].job_id))
-        k = policy.offer_count(len(order))
-        self.offered = frozenset(j.job_id for _, j in order[:k])
-        rest = sorted((j for _, j in order[k:]),
-                      key=lambda j: (j.remaining_at(clock) * j.spec.gpus, j.spec.submit_time_s, j.job_id))
-        self.ranked = [j for _, j in order[:k]] + rest
+        self._rank_short(queued)
+
+    def _rank_short(self, queued: Sequence[JobView]) -> None:
+        """The ranking for a short queue, where it runs at almost every event: one pass computes each job's
+        rho and both sort keys (as queued_rho, remaining_at and _ideal_s do, with the same float operations
+        in the same order), then plain tuples are sorted (job ids are unique: views are never compared)."""
+        clock, share = self.clock, self.share
+        uniform = self.facts.uniform
+        rho_of = self.rho
+        bids = self.bids
+        by_rho: list[tuple[float, float, str, float, JobView]] = []
+        for j in queued:
+            spec = j.spec
+            job_id = spec.job_id
+            remaining = max(0.0, spec.duration_s - (j.work_done_s + j.rate * max(0.0, clock - j.as_of)))
+            gpus = spec.learners * spec.gpus_per_learner
+            if spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None):
+                speed = 1.0  # every type is worth the same to this job: bid() would say so
+                bids[job_id] = _ANY_TYPE
+            else:
+                speed = max(self.bid(j)[1], _TINY)
+            slower = gpus / share if 0 < share < gpus else 1.0
+            rho = ((clock - spec.submit_time_s) + remaining / speed) / max(spec.duration_s * slower, _TINY)
+            rho_of[job_id] = rho
+            by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
+        by_rho.sort(key=_FIRST_THREE)
+        k = self.policy.offer_count(len(by_rho))
+        self.offered = frozenset(e[2] for e in by_rho[:k])
+        rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
+        self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
+        self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
+
+    def _know_classes(self, offered: Iterable[str], rest: Iterable[str]) -> None:
+        """Every ranked job's decision class, which decide() asks next (every job has its bid by now)."""
+        bids = self.bids
+        classes = self.classes
+        for was_offered, ids in ((True, offered), (False, rest)):
+            any_type = (was_offered, None)  # the common class: one tuple for all its jobs
+            for job_id in ids:
+                types = bids[job_id][0]
+                classes[job_id] = any_type if types is None else (was_offered, types)
 
     def _rank_vectorized(self, queued: Sequence[JobView]) -> None:
         """The order above, for a long queue: every rho at once with the same float operations in the
@@ -230,8 +275,10 @@ class _Round:
         k = self.policy.offer_count(n)
         top, rest = order[:k], order[k:]
         rest = rest[_lexsort_by_id([ids[i] for i in rest.tolist()], submit[rest], (remaining * gpus)[rest])]
-        self.offered = frozenset(ids[i] for i in top.tolist())
+        top_ids = [ids[i] for i in top.tolist()]
+        self.offered = frozenset(top_ids)
         self.ranked = [queued[i] for i in top.tolist()] + [queued[i] for i in rest.tolist()]
+        self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
 
     # -- rho ------------------------------------------------------------------------------------------
     def ideal_s(self, spec: JobSpec) -> float:
@@ -295,9 +342,11 @@ class _Round:
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
                         and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
-                victim_rho = _rho_if_preempted(v, clock, share, ckpt, restart)
-                known[v.job_id] = victim_rho
-                entries.append((victim_rho, -(started or 0.0), v.job_id, v))
+                job_id = spec.job_id
+                victim_rho = known.get(job_id)
+                if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
+                    victim_rho = known[job_id] = _rho_if_preempted(v, clock, share, ckpt, restart)
+                entries.append((victim_rho, -(started or 0.0), job_id, v))
             entries.sort(key=_VICTIM_ORDER)
             self._victims = entries
             self._victims_min_gpus = min_gpus
@@ -357,14 +406,10 @@ class _Round:
         gpus = spec.learners * spec.gpus_per_learner
         per = spec.gpus_per_learner
         room = self.type_room()
-        # Speeds relative to the job's best type here, as the simulator's performance model counts them.
-        listed = dict(spec.type_speed or ())
-        best_listed = max((s for t, s in listed.items() if t in room), default=1.0)
-        defaults = self.facts.default_speed
+        speeds = self.type_speeds(spec)
         valued: list[tuple[float, bool, str]] = []
         for t, (free_total, free_node, node_cap) in room.items():
-            raw = listed.get(t)
-            speed = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+            speed = speeds[t]
             if speed <= 0:
                 continue  # the job does not run there at all
             available = free_total >= gpus and free_node >= per
@@ -376,6 +421,78 @@ class _Round:
             return None
         valued.sort(key=lambda v: -v[0])
         return valued
+
+    def type_speeds(self, spec: JobSpec) -> dict[str, float]:
+        """The job's speed on each GPU type of the cluster relative to its best type here, as the simulator's
+        performance model counts them (the cluster's defaults for a job without speeds of its own)."""
+        known = self._speeds.get(spec.type_speed)
+        if known is not None:
+            return known
+        listed = dict(spec.type_speed or ())
+        types = self.facts.types
+        best_listed = max((s for t, s in listed.items() if t in types), default=1.0)
+        defaults = self.facts.default_speed
+        out = {}
+        for t in types:
+            raw = listed.get(t)
+            out[t] = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
+        self._speeds[spec.type_speed] = out
+        return out
+
+    # -- the re-auction (migration on) -------------------------------------------------------------------
+    def speed_at(self, spec: JobSpec, alloc: Allocation) -> float:
+        """The job's effective speed on `alloc` relative to its best (type speed, and its family's
+        cross-server slowdown for a gang that spans servers): the bids' valuation of a placement."""
+        nodes = self.snap.cluster.nodes
+        speed = self.type_speeds(spec)[nodes[alloc.learner_nodes[0]].gpu_type]
+        if spec.learners > 1 and len(set(alloc.learner_nodes)) > 1:
+            speed /= 1.0 + family_of(spec.model).cross_node_slowdown
+        return speed
+
+    def rho_staying(self, job: JobView) -> float:
+        """A running job's rho if it keeps running where it is, at its current rate."""
+        shared = (self.clock - job.spec.submit_time_s) + job.remaining_at(self.clock) / max(job.rate, _TINY)
+        return shared / self.ideal_s(job.spec)
+
+    def moves_wanted(self) -> list[tuple[JobView, tuple[str, ...]]]:
+        """Running jobs whose lease has expired re-enter the auction: the worst 1 - f of them by rho (as the
+        queued offer), each with the GPU types it would run faster on than where it is, fastest first (every
+        type for a gang spread over servers, where the placer may find it one). Only gangs that cannot be
+        resized; jobs that run nowhere faster are left out."""
+        entries = []
+        for v in self.snap.running:
+            spec = v.spec
+            if v.allocation is None or spec.elastic or spec.gpus_per_learner == 0 or v.rate <= _TINY:
+                continue
+            if self.lease_expired(v):
+                entries.append((-self.rho_staying(v), -(v.started_at or 0.0), v.job_id, v))
+        entries.sort(key=_VICTIM_ORDER)
+        wanted = []
+        for _, _, _, v in entries[:self.policy.offer_count(len(entries))]:
+            assert v.allocation is not None
+            now = self.speed_at(v.spec, v.allocation)
+            speeds = self.type_speeds(v.spec)
+            spread = v.spec.learners > 1 and len(set(v.allocation.learner_nodes)) > 1
+            faster = sorted((t for t, x in speeds.items() if x > now + 1e-12 or (spread and x >= now - 1e-12)),
+                            key=lambda t: -speeds[t])
+            if faster:
+                wanted.append((v, tuple(faster)))
+        return wanted
+
+    def worth_moving(self, job: JobView, to: Allocation) -> bool:
+        """Moving pays when the job, restarted at once on `to` (its restart and the work since its last
+        checkpoint redone, at its current rate scaled by the placements' valuations), finishes sooner than
+        if it stays: its rho then falls."""
+        assert job.allocation is not None
+        now, then = self.speed_at(job.spec, job.allocation), self.speed_at(job.spec, to)
+        if then <= now + 1e-12:
+            return False
+        p = self.policy
+        work = job.work_at(self.clock)
+        lost = work % p.checkpoint_interval_s if p.checkpoint_interval_s > 0 else work
+        remaining = max(0.0, job.spec.duration_s - work)
+        rate = max(job.rate, _TINY)
+        return p.restart_overhead_s + (remaining + lost) / (rate * then / now) < remaining / rate
 
 
 class ThemisPolicy(Policy):
@@ -464,11 +581,19 @@ class ThemisPolicy(Policy):
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
 
+    # -- the re-auction: with migration on, decide() offers running jobs the GPUs left free (Reauctions) ---
+    def moves_wanted(self, snap: Snapshot) -> Sequence[tuple[JobView, Sequence[str]]]:
+        return self._round(snap).moves_wanted()
+
+    def worth_moving(self, snap: Snapshot, job: JobView, to: Allocation) -> bool:
+        return self._round(snap).worth_moving(job, to)
+
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
         # rho bounds whom it may displace, but offered jobs are ranked by falling rho, so a later one of the
         # same shape may displace a subset of an earlier one's victims: if that one found no room, neither
         # does this one (decide's own memo of failed displacements relies on the same order).
         rnd = self._round(snap)
-        return (job.job_id in rnd.offered, rnd.bid(job)[0])
+        known = rnd.classes.get(job.spec.job_id)
+        return known if known is not None else (job.job_id in rnd.offered, rnd.bid(job)[0])
 
