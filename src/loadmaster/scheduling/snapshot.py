@@ -210,7 +210,10 @@ class Snapshot:
                 if job.allocation is not None:
                     usage[job.spec.tenant] = usage.get(job.spec.tenant, 0) + job.allocation.gpus
             tenant_gpus = usage
-        snap = cls(
+        # The fields set straight into the instance: the frozen dataclass' __init__ (object.__setattr__ per
+        # field) cost as much as the rest of build(), once per simulated event.
+        snap = cls.__new__(cls)
+        snap.__dict__.update(
             clock=clock,
             cluster=cluster,
             free_gpus=_frozen(free_gpus, copy),

@@ -324,6 +324,8 @@ class _Run:
 
     def growable_views(self) -> tuple[JobView, ...]:
         """Running elastic jobs below their maximum: the only ones decide() may grow."""
+        if not self.growable:  # asked at every decision; a trace without elastic jobs never has any
+            return ()
         return tuple(self.running_views[j] for j in self.growable)
 
     def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:
