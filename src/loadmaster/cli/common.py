@@ -7,14 +7,17 @@ import sys
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any, NoReturn, TypeVar
+from typing import TYPE_CHECKING, Any, NoReturn, TypeVar
 
-import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-from rich.table import Table
 from rich.text import Text
+
+# Typer and Rich's progress bar and tables are imported where used: a plain `sim run` (cli/fast.py) starts
+# without them.
+if TYPE_CHECKING:
+    from rich.progress import Progress
+    from rich.table import Table
 
 # No emoji codes: a job's reason or a log line with ":zzz:" is printed as written. Text from users, logs and
 # the server goes through esc() (inside markup) or Text (table cells), so "[a-z]+" in an error is not a tag.
@@ -37,6 +40,8 @@ def add_row(table: Table, *cells: object) -> None:
 def fail(message: str, code: int = 2) -> NoReturn:
     """One line, however narrow the terminal (soft wrap): an error a script can grep. The message is literal
     text (it often quotes the user's input)."""
+    import typer
+
     err_console.print(Text.assemble(("error:", "bold red"), " ", str(message)), highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
@@ -79,6 +84,8 @@ class SimProgress:
         if self.progress is None:
             if time.perf_counter() - self.started < 1.0:
                 return
+            from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
             self.progress = Progress(
                 TextColumn("[bold]{task.description}"), BarColumn(),
                 TextColumn("sim time {task.fields[sim_h]:.1f} h, {task.fields[done]} jobs done"),

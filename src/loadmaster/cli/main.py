@@ -1,14 +1,17 @@
-"""The `loadmaster` command."""
+"""The `loadmaster` command.
+
+The Typer app is built on first use (`app`, a module attribute made by __getattr__): `main()` first lets
+cli/fast.py run a plain `sim run` without importing Typer at all, and hands everything else to the app.
+"""
 
 from __future__ import annotations
 
 import importlib
+import sys
+from typing import TYPE_CHECKING, Any
 
-import typer
-from typer import _click  # typer vendors click: its Context and Command are the types TyperGroup uses
-from typer.core import TyperGroup
-
-from loadmaster.cli import cluster, demo, job, queue, server, tenant, usage
+if TYPE_CHECKING:
+    import typer
 
 # Command groups whose modules pull in NumPy, the scheduling core and the trace loaders: imported when one
 # of their commands runs (or the top-level help lists them), so that `loadmaster job list` and friends
@@ -16,36 +19,62 @@ from loadmaster.cli import cluster, demo, job, queue, server, tenant, usage
 LAZY_GROUPS = {"sim": "loadmaster.cli.sim", "trace": "loadmaster.cli.trace"}
 
 
-class _Commands(TyperGroup):
-    def list_commands(self, ctx: _click.Context) -> list[str]:
-        return [*super().list_commands(ctx), *LAZY_GROUPS]
+def _build() -> typer.Typer:
+    import typer
+    from typer import _click  # typer vendors click: its Context and Command are the types TyperGroup uses
+    from typer.core import TyperGroup
 
-    def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
-        module = LAZY_GROUPS.get(cmd_name)
-        if module is None:
-            return super().get_command(ctx, cmd_name)
-        group = typer.main.get_command(importlib.import_module(module).app)
-        group.name = cmd_name
-        return group
+    from loadmaster.cli import cluster, demo, job, queue, server, tenant, usage
+
+    class _Commands(TyperGroup):
+        def list_commands(self, ctx: _click.Context) -> list[str]:
+            return [*super().list_commands(ctx), *LAZY_GROUPS]
+
+        def get_command(self, ctx: _click.Context, cmd_name: str) -> _click.Command | None:
+            module = LAZY_GROUPS.get(cmd_name)
+            if module is None:
+                return super().get_command(ctx, cmd_name)
+            group = typer.main.get_command(importlib.import_module(module).app)
+            group.name = cmd_name
+            return group
 
 
-app = typer.Typer(
-    name="loadmaster",
-    help="Multi-tenant GPU cluster scheduler for deep-learning training.",
-    no_args_is_help=True,
-    pretty_exceptions_enable=False,
-    cls=_Commands,
-)
-# The platform: the server, and the verbs that talk to it over HTTP.
-app.command("server")(server.server)
-app.add_typer(job.app, name="job")
-app.command("queue")(queue.queue)
-app.command("usage")(usage.usage)
-app.add_typer(cluster.app, name="cluster")
-app.add_typer(tenant.app, name="tenant")
-# The platform and the simulator together: a bundled trace replayed live, beside its simulation.
-app.command("demo")(demo.demo)
+    app = typer.Typer(
+        name="loadmaster",
+        help="Multi-tenant GPU cluster scheduler for deep-learning training.",
+        no_args_is_help=True,
+        pretty_exceptions_enable=False,
+        cls=_Commands,
+    )
+    # The platform: the server, and the verbs that talk to it over HTTP.
+    app.command("server")(server.server)
+    app.add_typer(job.app, name="job")
+    app.command("queue")(queue.queue)
+    app.command("usage")(usage.usage)
+    app.add_typer(cluster.app, name="cluster")
+    app.add_typer(tenant.app, name="tenant")
+    # The platform and the simulator together: a bundled trace replayed live, beside its simulation.
+    app.command("demo")(demo.demo)
+
+    return app
+
+
+def __getattr__(name: str) -> Any:
+    if name == "app":
+        built = globals()["app"] = _build()
+        return built
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
+def main() -> Any:
+    """The console script: a plain `sim run` without Typer (cli/fast.py), anything else through the app."""
+    from loadmaster.cli.fast import run_sim_fast
+
+    status = run_sim_fast(sys.argv[1:])
+    if status is not None:
+        sys.exit(status)
+    return __getattr__("app")()
 
 
 if __name__ == "__main__":
-    app()
+    main()

@@ -47,8 +47,9 @@ class Cluster:
         if dupes:
             raise ValueError(f"duplicate node names in cluster: {dupes[:5]}")
 
-    @property
+    @cached_property
     def total_gpus(self) -> int:
+        # Cached: the simulator asks at every event, and the nodes never change.
         return int(self.gpu_capacity.sum())
 
     @cached_property

@@ -88,7 +88,10 @@ def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
 
 
 def _frozen(a: npt.NDArray[np.float64] | npt.NDArray[np.int64], copy: bool = True) -> npt.NDArray[np.float64]:
-    """A read-only float array of `a`: a copy, or (copy=False, `a` already float) a read-only view."""
+    """A read-only float array of `a`: a copy, or (copy=False, `a` already float) a read-only view (`a` itself
+    if it already is one: a shell may keep read-only views of its arrays and pass them at every event)."""
+    if not copy and not a.flags.writeable and a.dtype == np.float64:
+        return a  # type: ignore[return-value]
     out: npt.NDArray[np.float64] = (np.array(a, dtype=np.float64) if copy or a.dtype != np.float64
                                     else a.view(np.float64))
     out.flags.writeable = False
@@ -136,9 +139,15 @@ class Snapshot:
     free_cpus: npt.NDArray[np.float64]
     free_mem: npt.NDArray[np.float64]
     queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
-    running: tuple[JobView, ...]
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
+
+    @cached_property
+    def running(self) -> tuple[JobView, ...]:
+        """The running jobs: given to build(), or made on first use by the shell's provider. Most decisions
+        of a lightly loaded cluster never read them, and a tuple of ~1,000 views per event cost more than
+        the decision itself."""
+        return tuple(self.__dict__["_running_provider"]())
 
     @cached_property
     def running_by_tenant(self) -> Mapping[str, tuple[JobView, ...]]:
@@ -176,7 +185,7 @@ class Snapshot:
         free_cpus: npt.NDArray[np.float64],
         free_mem: npt.NDArray[np.float64],
         queued: Sequence[JobView],
-        running: tuple[JobView, ...],
+        running: tuple[JobView, ...] | Callable[[], tuple[JobView, ...]],
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
@@ -192,24 +201,33 @@ class Snapshot:
         that never asks costs nothing; the shell must not change its state while decide() runs.
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
         changes them only after it is done with the snapshot (the simulator, at every event).
+        `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
         """
         if tenant_gpus is None:
+            assert not callable(running), "a running-jobs provider needs tenant_gpus"
             usage: dict[str, int] = {}
             for job in running:
                 if job.allocation is not None:
                     usage[job.spec.tenant] = usage.get(job.spec.tenant, 0) + job.allocation.gpus
             tenant_gpus = usage
-        snap = cls(
+        # The fields set straight into the instance: the frozen dataclass' __init__ (object.__setattr__ per
+        # field) cost as much as the rest of build(), once per simulated event.
+        snap = cls.__new__(cls)
+        snap.__dict__.update(
             clock=clock,
             cluster=cluster,
             free_gpus=_frozen(free_gpus, copy),
             free_cpus=_frozen(free_cpus, copy),
             free_mem=_frozen(free_mem, copy),
             queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
-            running=tuple(running),
-            tenants=MappingProxyType(dict(tenants or {})),
+            # A read-only mapping is the shell's promise that it does not change it (the simulator's quotas).
+            tenants=tenants if isinstance(tenants, MappingProxyType) else MappingProxyType(dict(tenants or {})),
             tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
         )
+        if callable(running):
+            snap.__dict__["_running_provider"] = running
+        else:
+            snap.__dict__["running"] = tuple(running)
         if running_by_tenant is not None:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
         if running_elastic is not None:

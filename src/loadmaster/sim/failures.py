@@ -16,6 +16,7 @@ Retry policies:
 
 from __future__ import annotations
 
+from bisect import bisect_right
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -64,6 +65,11 @@ class AttemptPlan:
         return len(self.runtimes)
 
 
+# How a job's last attempt ends, by its recorded final status.
+_OUTCOME = {FinalStatus.PASS: JobStatus.COMPLETED, FinalStatus.FAILED: JobStatus.FAILED,
+            FinalStatus.KILLED: JobStatus.CANCELLED}
+
+
 class FailureModel:
     def __init__(self, retry: RetryPolicy = RetryPolicy.TRACE, max_attempts: int = 3, seed: int = 0) -> None:
         if max_attempts < 1:
@@ -73,24 +79,22 @@ class FailureModel:
         self.rng = np.random.default_rng(seed)
         cats = list(PHILLY_FAILURE_WEIGHTS)
         w = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in cats], dtype=float)
-        self._all = (cats, np.cumsum(w / w.sum()))
+        # Cumulative weights as Python floats: bisect on a list answers as np.searchsorted(side="right") would,
+        # without a NumPy call per draw.
+        self._all = (cats, np.cumsum(w / w.sum()).tolist())
         transient = [c for c in cats if not c.deterministic]
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
-        self._transient = (transient, np.cumsum(wt / wt.sum()))
+        self._transient = (transient, np.cumsum(wt / wt.sum()).tolist())
 
-    def _draw(self, pool: tuple[list[FailureCategory], np.ndarray]) -> FailureCategory:
+    def _draw(self, pool: tuple[list[FailureCategory], list[float]]) -> FailureCategory:
         cats, cumulative = pool
-        return cats[min(int(np.searchsorted(cumulative, self.rng.random(), side="right")), len(cats) - 1)]
+        return cats[min(bisect_right(cumulative, self.rng.random()), len(cats) - 1)]
 
     def plan(self, spec: JobSpec) -> AttemptPlan:
         """The attempts this job makes under the retry policy. Call once per job, in submit order."""
         failed = spec.failed_attempts_s
         ends_failed = spec.final_status is FinalStatus.FAILED
-        final_outcome = {
-            FinalStatus.PASS: JobStatus.COMPLETED,
-            FinalStatus.FAILED: JobStatus.FAILED,
-            FinalStatus.KILLED: JobStatus.CANCELLED,
-        }[spec.final_status]
+        final_outcome = _OUTCOME[spec.final_status]
         if not failed and not ends_failed:
             return AttemptPlan((spec.duration_s,), (), final_outcome)
         # Categories: transient for failures the job later recovered from; the terminal one from all.

@@ -36,12 +36,12 @@ def delay_classes(record: JobRecord) -> dict[str, float]:
     """Waiting time split into Philly's classes: fair_share, fragmentation, capacity."""
     out = {"fair_share": 0.0, "fragmentation": 0.0, "capacity": 0.0}
     for reason, seconds in record.wait_s.items():
-        try:
-            cls = WaitReason(reason).delay_class
-        except ValueError:
-            cls = "capacity"
-        out[cls] += seconds
+        out[_DELAY_CLASS.get(reason, "capacity")] += seconds  # a reason that is no WaitReason: capacity
     return out
+
+
+# Asked once per reason per job (jobs.csv, summary.json): a lookup instead of an Enum by value each time.
+_DELAY_CLASS = {reason.value: reason.delay_class for reason in WaitReason}
 
 
 def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:

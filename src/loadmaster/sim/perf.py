@@ -35,6 +35,7 @@ class PerformanceModel:
         self._best_default = max(self.type_speed.get(t, 1.0) for t in types)
         self._node_type = [n.gpu_type for n in cluster.nodes]
         self._node_rack = cluster.rack_ids.tolist()
+        self._cpu_memo: dict[tuple[str, int, float, float], float] = {}
 
     def type_factor(self, spec: JobSpec, gpu_type: str) -> float:
         if spec.gpus_per_learner == 0:
@@ -62,12 +63,19 @@ class PerformanceModel:
         as the want met; an allocation that carries no CPUs is not CPU-bound."""
         if not self.cpu:
             return 1.0
-        return cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner, alloc.cpus_per_learner)
+        key = (spec.model, spec.gpus_per_learner, spec.cpus_per_learner, alloc.cpus_per_learner)
+        factor = self._cpu_memo.get(key)
+        if factor is None:  # a pure function of few values: asked at every start, worked out once per key
+            factor = self._cpu_memo[key] = cpu_speed(*key)
+        return factor
 
     def rate(self, spec: JobSpec, alloc: Allocation) -> float:
         """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""
-        types = {self._node_type[n] for n in alloc.nodes}
-        speed = min(self.type_factor(spec, t) for t in types)
         # An elastic job's duration is given at its nominal size; data parallelism scales linearly here.
         scale = alloc.learners / spec.learners
+        nodes = alloc.learner_nodes
+        if nodes.count(nodes[0]) == len(nodes):  # one server (most gangs): one type, no locality slowdown
+            return scale * self.type_factor(spec, self._node_type[nodes[0]]) * self.cpu_factor(spec, alloc)
+        types = {self._node_type[n] for n in alloc.nodes}
+        speed = min(self.type_factor(spec, t) for t in types)
         return scale * speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)

@@ -10,8 +10,10 @@ import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
+from types import MappingProxyType
 
 import numpy as np
+import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec, JobStatus, check_transition
@@ -92,6 +94,12 @@ class SmokeTally:
                 "gpu_hours_failures_caught_would_have_held": self.caught_gang_gpu_s / 3600}
 
 
+def _read_only(a: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    view = a.view()
+    view.flags.writeable = False
+    return view
+
+
 def smoke_spec(spec: JobSpec, seconds: float) -> JobSpec:
     """The one-GPU smoke test of a multi-GPU job: one learner, one GPU, the CPUs and memory of one GPU's share."""
     share = 1.0 / spec.gpus_per_learner if spec.gpus_per_learner else 0.0
@@ -131,6 +139,10 @@ class _Run:
         self.free_gpus = sim.cluster.gpu_capacity.astype(np.float64)
         self.free_cpus = sim.cluster.cpu_capacity.copy()
         self.free_mem = sim.cluster.mem_capacity.copy()
+        # What every snapshot is given, made once: read-only views of the free arrays (they follow every
+        # change) and the quotas, which never change during a run.
+        self.free_views = (_read_only(self.free_gpus), _read_only(self.free_cpus), _read_only(self.free_mem))
+        self.quotas = MappingProxyType(dict(sim.tenants))
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
@@ -283,8 +295,8 @@ class _Run:
     def decide(self) -> Plan:
         self.decisions += 1
         snap = Snapshot.build(
-            self.clock, self.cluster, self.free_gpus, self.free_cpus, self.free_mem,
-            self.session.queued, self.running_tuple(), self.sim.tenants,
+            self.clock, self.cluster, *self.free_views,
+            self.session.queued, self.running_tuple, self.quotas,
             self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
             copy=False,  # the free arrays change only when the plan is carried out, after decide()
         )
@@ -312,6 +324,8 @@ class _Run:
 
     def growable_views(self) -> tuple[JobView, ...]:
         """Running elastic jobs below their maximum: the only ones decide() may grow."""
+        if not self.growable:  # asked at every decision; a trace without elastic jobs never has any
+            return ()
         return tuple(self.running_views[j] for j in self.growable)
 
     def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:

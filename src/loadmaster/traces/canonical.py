@@ -12,7 +12,7 @@ Optional columns loadmaster adds so that a round trip loses nothing:
 from __future__ import annotations
 
 import csv
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 from loadmaster.core.job import FinalStatus, JobSpec
@@ -159,35 +159,44 @@ def _row_to_job(path: str, line: int, row: dict[str, str]) -> JobSpec:
         raise TraceFormatError(path, line, None, str(exc)) from None
 
 
-def _fast_row(idx: dict[str, int], row: list[str]) -> JobSpec:
-    """The common case, a well-formed row, without per-field bookkeeping; any surprise raises and the
-    caller re-reads the row with _row_to_job, which names the field."""
+def _fast_reader(idx: dict[str, int]) -> Callable[[list[str]], JobSpec]:
+    """A reader of the common case, a well-formed row, for one header: the columns are looked up once, not
+    per row and field. Any surprise raises ValueError and the caller re-reads the row with _row_to_job,
+    which names the field."""
+    job_id, submit, learners, gpl, dur = (idx[c] for c in REQUIRED)
+    # An optional column the header lacks reads as the empty string: a spare last field of every row.
+    missing = -1
+    opt = {c: idx.get(c, missing) for c in ("tenant", "user", "cpus_per_learner", "mem_gb_per_learner", "model",
+                                            "priority", "final_status", "attempts", "failed_attempts_s",
+                                            "type_speed", "min_learners", "max_learners")}
+    tenant, user, cpus, mem, model, prio, status, attempts_i, failed_i, speed_i, min_i, max_i = opt.values()
+    statuses = {s.value: s for s in FinalStatus}
 
-    def col(name: str, default: str = "") -> str:
-        i = idx.get(name)
-        return default if i is None or row[i] == "" else row[i]
+    def read(fields: list[str]) -> JobSpec:
+        row = [*fields, ""]  # index -1: the empty field of a column the header lacks
+        duration = float(row[dur])
+        attempts = int(row[attempts_i] or "1")
+        failed_text = row[failed_i]
+        failed = tuple(float(t) for t in failed_text.split(";")) if failed_text else (duration,) * (attempts - 1)
+        if len(failed) != attempts - 1 or row[speed_i] or row[min_i] or row[max_i]:
+            raise ValueError("not the common case")
+        return JobSpec(
+            job_id=row[job_id].strip(),
+            tenant=(row[tenant] or "default").strip(),
+            user=row[user].strip(),
+            submit_time_s=float(row[submit]),
+            learners=int(row[learners]),
+            gpus_per_learner=int(row[gpl]),
+            cpus_per_learner=float(row[cpus] or "0"),
+            mem_gb_per_learner=float(row[mem] or "0"),
+            duration_s=duration,
+            model=row[model].strip(),
+            priority=int(row[prio] or "0"),
+            final_status=statuses[(row[status] or "Pass").strip()],
+            failed_attempts_s=failed,
+        )
 
-    duration = float(row[idx["duration_s"]])
-    attempts = int(col("attempts", "1"))
-    failed_text = col("failed_attempts_s")
-    failed = tuple(float(t) for t in failed_text.split(";")) if failed_text else (duration,) * (attempts - 1)
-    if len(failed) != attempts - 1 or col("type_speed") or col("min_learners") or col("max_learners"):
-        raise ValueError("not the common case")
-    return JobSpec(
-        job_id=row[idx["job_id"]].strip(),
-        tenant=col("tenant", "default").strip(),
-        user=col("user").strip(),
-        submit_time_s=float(row[idx["submit_time_s"]]),
-        learners=int(row[idx["learners"]]),
-        gpus_per_learner=int(row[idx["gpus_per_learner"]]),
-        cpus_per_learner=float(col("cpus_per_learner", "0")),
-        mem_gb_per_learner=float(col("mem_gb_per_learner", "0")),
-        duration_s=duration,
-        model=col("model").strip(),
-        priority=int(col("priority", "0")),
-        final_status=FinalStatus(col("final_status", "Pass").strip()),
-        failed_attempts_s=failed,
-    )
+    return read
 
 
 def read_csv(path: str | Path) -> Workload:
@@ -202,6 +211,7 @@ def read_csv(path: str | Path) -> Workload:
             raise TraceFormatError(name, 1, missing[0], f"header lacks required column(s) {missing}; "
                                    f"the canonical columns are {', '.join(CONTRACT_COLUMNS)}")
         idx = {h: i for i, h in enumerate(header)}
+        fast_row = _fast_reader(idx)
         jobs = []
         for row in reader:
             if not row:
@@ -210,8 +220,8 @@ def read_csv(path: str | Path) -> Workload:
             try:
                 if len(row) != len(header):
                     raise ValueError("irregular row")
-                jobs.append(_fast_row(idx, row))
-            except ValueError:
+                jobs.append(fast_row(row))
+            except (ValueError, KeyError):
                 fields = dict(zip(header, row, strict=False))
                 if len(row) != len(header):
                     raise TraceFormatError(name, reader.line_num, None,

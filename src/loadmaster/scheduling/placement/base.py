@@ -86,12 +86,17 @@ def learner_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
 def whole_gang_nodes(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> npt.NDArray[np.bool_]:
     """Nodes that can take all `learners` at once (the cheap first question every placer asks)."""
     s = job.spec
+    # Asked for nearly every job placed: one expression per dimension, with as few NumPy calls as possible.
     mask: npt.NDArray[np.bool_] | None = None
-    for amount, per in ((free.gpus, s.gpus_per_learner), (free.cpus, s.cpus_per_learner),
-                        (free.mem, s.mem_gb_per_learner)):
-        if per > 0:
-            ok = amount >= learners * per - 1e-6
-            mask = ok if mask is None else np.logical_and(mask, ok, out=mask)
+    g, c, m = s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner
+    if g > 0:
+        mask = free.gpus >= learners * g - 1e-6
+    if c > 0:
+        ok = free.cpus >= learners * c - 1e-6
+        mask = ok if mask is None else np.logical_and(mask, ok, out=mask)
+    if m > 0:
+        ok = free.mem >= learners * m - 1e-6
+        mask = ok if mask is None else np.logical_and(mask, ok, out=mask)
     if mask is None:
         mask = snap.cluster.all_nodes_mask.copy()
     for t, type_mask in snap.cluster.type_masks:
@@ -125,13 +130,17 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
                     mem_gb: float | None = None) -> Allocation:
     """An allocation of `counts[i]` learners on `nodes[i]`; each learner gets `cpus` and `mem_gb`
     (default: the job's request)."""
-    learner_nodes: list[int] = []
-    for n, c in zip(nodes, counts, strict=True):
-        learner_nodes.extend([int(n)] * int(c))
+    if len(nodes) == 1:  # the common case: the whole gang on one server
+        learner_nodes: tuple[int, ...] = (int(nodes[0]),) * int(counts[0])
+    else:
+        spread: list[int] = []
+        for n, c in zip(nodes, counts, strict=True):
+            spread.extend([int(n)] * int(c))
+        learner_nodes = tuple(spread)
     s = job.spec
     return Allocation(
         job_id=s.job_id,
-        learner_nodes=tuple(learner_nodes),
+        learner_nodes=learner_nodes,
         gpus_per_learner=s.gpus_per_learner,
         cpus_per_learner=s.cpus_per_learner if cpus is None else cpus,
         mem_gb_per_learner=s.mem_gb_per_learner if mem_gb is None else mem_gb,
@@ -141,9 +150,10 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
 def tightest_node(whole: npt.NDArray[np.bool_], free: FreeCapacity) -> int | None:
     """Of the nodes in `whole` (each can take the whole gang), the one with the fewest free GPUs, lowest
     index on ties: best fit keeps large holes open for large gangs."""
-    if not whole.any():
-        return None
-    return int(np.argmin(np.where(whole, free.gpus, np.inf)))
+    # One pass instead of any() then argmin(): a node outside `whole` keys as infinity.
+    key = np.where(whole, free.gpus, np.inf)
+    node = int(key.argmin())
+    return None if key[node] == np.inf else node
 
 
 def fewest_servers(slots: npt.NDArray[np.int64], learners: int) -> tuple[list[int], list[int]]:
