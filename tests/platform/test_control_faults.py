@@ -187,3 +187,18 @@ def test_a_learner_nobody_accounts_for_is_stopped_and_a_lost_run_is_adopted(sqli
         assert check_store(env.store, settled=True) == []
     finally:
         env.close()
+
+
+def test_directories_that_cannot_be_made_fail_the_launch_not_the_round(lite: Env) -> None:
+    job = lite.submit(command=learner("train", 1, 0.01))
+    (lite.dirs.root / "jobs").mkdir(parents=True, exist_ok=True)
+    lite.dirs.job(job).write_text("a file where the job's directory goes\n")
+    lite.drive(lambda: bool(lite.attempts(job)) and lite.attempts(job)[0].ended_at is not None, timeout_s=30,
+               what="the launch to fail")
+    attempt = lite.attempts(job)[0]
+    row = lite.job(job)
+    assert attempt.outcome == "not_launched" and attempt.failure_category == "infrastructure"
+    assert row.status == S.QUEUED.value and row.wait_reason == "launch_failed"  # tried again after a backoff
+    assert "cannot prepare its directories" in row.status_reason
+    lite.dirs.job(job).unlink()
+    lite.until_status(job, S.COMPLETED, timeout_s=60)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -172,9 +173,8 @@ def _drop(ctx: Context, job_id: str) -> None:
 
 def launch(ctx: Context, run: RunState) -> None:
     """Hand the gang of an attempt whose allocation is stored to the executor (in a launch thread)."""
-    prepare_job_dirs(ctx.dirs, run.job_id, ctx.tenancy(run.job_id))
     run.phase = Phase.LAUNCHING
-    ctx.launcher.launch(run.spec)
+    ctx.launcher.launch(run.spec, partial(prepare_job_dirs, ctx.dirs, run.job_id, ctx.tenancy(run.job_id)))
 
 
 def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -> bool:
