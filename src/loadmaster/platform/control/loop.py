@@ -375,6 +375,7 @@ class ControlLoop:
         polled = ctx.executor.poll()
         progress.take_progress(ctx, polled.progress)
         confirmed = {e.run.key: (i, e) for i, e in enumerate(launches) if isinstance(e, ev.Launched)}
+        ends: list[ev.Event] = []
         for ended in polled.ended:
             run = ctx.runs.get(ended.job_id)
             if run is not None and run.attempt == ended.attempt:
@@ -385,10 +386,10 @@ class ControlLoop:
                     if found is not None:
                         launches[found[0]] = dataclasses.replace(found[1], ended=ended)
                     continue
-                events.append(ev.Ended(ended, run))
+                ends.append(ev.Ended(ended, run))
             else:
-                events.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
-        events += launches
+                ends.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
+        events += launches + ends
         events += requests.pending_requests(ctx)
         for run in ctx.runs.values():
             intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now) or \
