@@ -173,18 +173,32 @@ def test_a_learner_nobody_accounts_for_is_stopped_and_a_lost_run_is_adopted(sqli
         loop.ctx.executor.release(job, run.attempt)
         env.drive(lambda: job in loop.ctx.runs, timeout_s=10, what="the run to be adopted")
         # A learner of this data directory that no attempt accounts for: killed.
-        from tests.platform.executor_helpers import attempt_spec
+        from tests.platform.executor_helpers import attempt_spec, processes_of
 
         orphan_spec = attempt_spec(env.dirs.root / "jobs", "env", attempt=7)
         orphan = LocalExecutor()
         orphan.launch(__import__("dataclasses").replace(orphan_spec, checkpoint_dir=str(env.dirs.checkpoints("ghost")),
                                                         command=("sleep", "60")))
         orphan.close()
-        env.drive(lambda: not [p for p in learner_processes(env.dirs.root)
-                               if f"LOADMASTER_JOB_ID={orphan_spec.job_id}".encode() in
-                               Path(f"/proc/{p}/environ").read_bytes()], timeout_s=10, what="the orphan to be killed")
+        # processes_of reads each environment once, minding processes that exit meanwhile (as the orphan does)
+        env.drive(lambda: not processes_of(orphan_spec.job_id), timeout_s=10, what="the orphan to be killed")
         env.request(job, cancel_requested=True)
         env.until_status(job, S.CANCELLED)
         assert check_store(env.store, settled=True) == []
     finally:
         env.close()
+
+
+def test_directories_that_cannot_be_made_fail_the_launch_not_the_round(lite: Env) -> None:
+    job = lite.submit(command=learner("train", 1, 0.01))
+    (lite.dirs.root / "jobs").mkdir(parents=True, exist_ok=True)
+    lite.dirs.job(job).write_text("a file where the job's directory goes\n")
+    lite.drive(lambda: bool(lite.attempts(job)) and lite.attempts(job)[0].ended_at is not None, timeout_s=30,
+               what="the launch to fail")
+    attempt = lite.attempts(job)[0]
+    row = lite.job(job)
+    assert attempt.outcome == "not_launched" and attempt.failure_category == "infrastructure"
+    assert row.status == S.QUEUED.value and row.wait_reason == "launch_failed"  # tried again after a backoff
+    assert "cannot prepare its directories" in row.status_reason
+    lite.dirs.job(job).unlink()
+    lite.until_status(job, S.COMPLETED, timeout_s=60)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -204,3 +206,19 @@ def test_the_loop_runs_on_its_own_thread_and_a_wake_up_starts_a_job_at_once(lite
         assert row.first_started_at is not None and row.first_started_at - row.submitted_at < 10
     finally:
         loop.stop()
+
+
+def test_a_learner_ended_before_its_launch_is_confirmed_ends_in_the_confirming_round(lite: Env) -> None:
+    loop = lite.loop
+    job = lite.submit(command=[sys.executable, "-c", "pass"])
+    lite.until_status(job, S.PROCESSING)  # the start's round: the launch is handed to the launcher
+    loop.ctx.launcher.wait(30)
+    deadline = time.monotonic() + 30
+    while not loop.ctx.executor.poll().ended:  # reported until released: the round below sees it too
+        assert time.monotonic() < deadline, "the learner did not end"
+        time.sleep(0.02)
+    loop.tick()  # one round: the launch confirmed and the end recorded in one batch
+    assert lite.status(job) is S.COMPLETED
+    [attempt] = lite.attempts(job)
+    assert attempt.outcome == "succeeded" and attempt.exit_codes == [[0, 0]]
+    assert lite.job(job).executor_handle is None and not loop.ctx.runs

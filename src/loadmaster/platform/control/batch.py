@@ -11,7 +11,8 @@ only once the transaction has committed. So:
   retried, never dropped;
 - any other error in one item (a bug) rolls back that item alone, drops its effects and is logged; the
   others commit. Items run without savepoints first (one flush for the whole batch, the cheap common case);
-  a batch in which one item fails is made again from the start with a savepoint per item.
+  a batch in which one item fails, or whose flush fails, is made again from the start with a savepoint (and
+  so a flush) per item, which finds the item to blame.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from sqlalchemy.orm import Session
 
 from loadmaster.platform.store.changes import number_now
 from loadmaster.platform.store.db import Store, transient
-from loadmaster.platform.store.models import Attempt, Job
+from loadmaster.platform.store.models import Attempt, Job, Tenant
 
 log = logging.getLogger("loadmaster.control")
 
@@ -47,6 +48,7 @@ class Batch:
         self._fetched: set[str] = set()
         self._rows: list[Job] = []  # the session keeps rows only weakly: prefetched ones are held here
         self._open: dict[tuple[str, int], Attempt] = {}  # prefetched open attempts
+        self._tenants: dict[int, Tenant] = {}
         self.failed: list[str] = []  # items rolled back by an error that is not the store's
 
     def after(self, effect: Effect) -> None:
@@ -60,6 +62,11 @@ class Batch:
         self._claimed.add(job_id)
         return True
 
+    def pass_on(self, job_id: str) -> None:
+        """The hand-off that claimed the job lets a second one of the same item move it on from where it left
+        it (a launch confirmed and its end recorded together)."""
+        self._claimed.discard(job_id)
+
     def each(self, items: Iterable[T], fn: Callable[[Batch, T], None], what: Callable[[T], str] = str) -> None:
         """fn(batch, item) for every item, each in a savepoint of its own (when careful)."""
         if not self.careful:
@@ -70,6 +77,12 @@ class Batch:
                     if transient(err):
                         raise
                     raise _Careful(what(item)) from err
+            try:
+                self.s.flush()  # every item's writes at once: alike rows go in one statement
+            except Exception as err:
+                if transient(err):
+                    raise
+                raise _Careful("the batch's writes") from err
             return
         for item in items:
             mark = len(self._effects)
@@ -81,8 +94,9 @@ class Batch:
             except Exception as err:
                 if transient(err):
                     raise  # the store is in trouble: the whole batch is tried again at the next round
-                if savepoint.is_active:
-                    savepoint.rollback()
+                # Rolled back even when inactive: a failed flush leaves the savepoint deactivated (not
+                # closed), and the session takes no further statement until it is.
+                savepoint.rollback()
                 del self._effects[mark:]
                 self._claimed = claimed
                 self.failed.append(what(item))
@@ -115,6 +129,16 @@ class Batch:
             return found
         return self.s.execute(select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
                               ).scalar_one_or_none()
+
+    def tenant(self, tenant_id: int) -> Tenant:
+        """The tenant's row, read once per batch however many of its jobs the batch starts (held here: the
+        session keeps rows only weakly), without flushing what the batch wrote so far (one flush at the end)."""
+        found = self._tenants.get(tenant_id)
+        if found is None:
+            with self.s.no_autoflush:
+                found = self.s.get_one(Tenant, tenant_id)
+            self._tenants[tenant_id] = found
+        return found
 
     def run_effects(self) -> None:
         for effect in self._effects:

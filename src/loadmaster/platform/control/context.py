@@ -75,16 +75,25 @@ class Context:
             self.manifests[job_id] = found
         return found
 
-    def tenancy(self, job_id: str, *, fresh: bool = False) -> JobTenancy:
-        """The job's paths and OS user; `fresh` reads its tenant again (at a start: roots may have changed)."""
-        found = None if fresh else self.tenancies.get(job_id)
+    def tenancy(self, job_id: str) -> JobTenancy:
+        """The job's paths and OS user (as its latest start read them; at first use, as the store says now)."""
+        found = self.tenancies.get(job_id)
         if found is None:
-            manifest = self.manifest(job_id)
             with self.store.session() as s:
-                row = s.execute(select(Tenant.id, Tenant.name, Tenant.roots, Tenant.os_uid, Tenant.os_gid)
-                                .join(Job, Job.tenant_id == Tenant.id).where(Job.id == job_id)).one()
-            found = job_tenancy(self.dirs, self.isolation, job_id, manifest, row[1], row[0], row[2], row[3], row[4])
-            self.tenancies[job_id] = found
+                row = s.execute(select(Tenant).join(Job, Job.tenant_id == Tenant.id).where(Job.id == job_id)
+                                ).scalar_one()
+                found = self._tenancy_of(job_id, row)
+        return found
+
+    def tenancy_now(self, tenant: Tenant, job_id: str) -> JobTenancy:
+        """The job's tenancy from its tenant's row as the current transaction read it (at a start: roots and
+        user may have changed since the job was submitted)."""
+        return self._tenancy_of(job_id, tenant)
+
+    def _tenancy_of(self, job_id: str, tenant: Tenant) -> JobTenancy:
+        found = job_tenancy(self.dirs, self.isolation, job_id, self.manifest(job_id), tenant.name, tenant.id,
+                            tenant.roots, tenant.os_uid, tenant.os_gid)
+        self.tenancies[job_id] = found
         return found
 
     def download(self, job_id: str, attempt: int) -> None:

@@ -32,6 +32,7 @@ class Ended:
 class Launched:
     run: RunState
     handle: dict[str, Any]
+    ended: AttemptEnded | None = None  # its learners have ended already: the end is recorded in the same batch
 
 
 @dataclass(frozen=True, slots=True)

@@ -36,13 +36,20 @@ class Launcher:
         self._done: dict[tuple[str, int], Launched] = {}
         self.closed = False
 
-    def launch(self, spec: AttemptSpec) -> None:
-        future = self._pool.submit(self._launch, spec)
+    def launch(self, spec: AttemptSpec, prepare: Callable[[], None] | None = None) -> None:
+        """Launch the gang in a launch thread, after prepare() (the job's directories: file system work that
+        need not hold up the loop's round)."""
+        future = self._pool.submit(self._launch, spec, prepare)
         with self._lock:
             self._running[(spec.job_id, spec.attempt)] = future
         future.add_done_callback(lambda _: self._wake())
 
-    def _launch(self, spec: AttemptSpec) -> dict[str, Any]:
+    def _launch(self, spec: AttemptSpec, prepare: Callable[[], None] | None) -> dict[str, Any]:
+        if prepare is not None:
+            try:
+                prepare()
+            except OSError as err:  # a full disk, a lost mount: not the job's fault, it stays queued
+                raise LaunchError(f"job {spec.job_id}: cannot prepare its directories: {err}") from None
         if spec.code_archive is not None and spec.code_dir is not None:
             # Unpacked here, not in the loop: a large package takes a while. Every attempt gets a fresh copy.
             try:

@@ -23,6 +23,7 @@ and allocations.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import threading
@@ -370,17 +371,25 @@ class ControlLoop:
         """What happened since the last round, routed in one transaction."""
         ctx = self.ctx
         events: list[ev.Event] = [ev.Staged(done) for done in ctx.stager.results()]
-        events += self._launches()
+        launches = self._launches()
         polled = ctx.executor.poll()
         progress.take_progress(ctx, polled.progress)
+        confirmed = {e.run.key: (i, e) for i, e in enumerate(launches) if isinstance(e, ev.Launched)}
+        ends: list[ev.Event] = []
         for ended in polled.ended:
             run = ctx.runs.get(ended.job_id)
             if run is not None and run.attempt == ended.attempt:
                 if run.phase is Phase.LAUNCHING:
-                    continue  # its launch is collected first; the executor reports the end again
-                events.append(ev.Ended(ended, run))
+                    # Learners as short as their launch: the launch's confirmation carries the end, one batch
+                    # for both; without it (not collected yet) the executor reports the end again.
+                    found = confirmed.get((ended.job_id, ended.attempt))
+                    if found is not None:
+                        launches[found[0]] = dataclasses.replace(found[1], ended=ended)
+                    continue
+                ends.append(ev.Ended(ended, run))
             else:
-                events.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
+                ends.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
+        events += launches + ends
         events += requests.pending_requests(ctx)
         for run in ctx.runs.values():
             intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now) or \

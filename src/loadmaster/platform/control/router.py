@@ -57,8 +57,10 @@ def route(b: Batch, ctx: Context, st: starting.Statement, event: Event) -> None:
     match event:
         case Ended():
             _ended(b, ctx, event)
-        case Launched(run=run, handle=handle):
-            starting.launched(b, ctx, run, handle)
+        case Launched(run=run, handle=handle, ended=ended):
+            if starting.launched(b, ctx, run, handle) and ended is not None:
+                b.pass_on(run.job_id)
+                _ended(b, ctx, Ended(ended, run))
         case LaunchFailed(run=run, error=error):
             if ending.end(b, ctx, run.job_id, run.attempt, of_launch_error(error), run):
                 log.info("job %s attempt %d: launch failed: %s", run.job_id, run.attempt, error)

@@ -15,6 +15,7 @@ from __future__ import annotations
 import logging
 from dataclasses import dataclass, field
 from enum import Enum
+from functools import partial
 
 from sqlalchemy import func, select
 from sqlalchemy.orm import Session
@@ -132,13 +133,12 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
         transition(b.s, job, JobStatus.DOWNLOADING, now, f"staging data from {manifest.data}")
     elif not relaunch:
         transition(b.s, job, JobStatus.PROCESSING, now, f"{len(learners)} learner(s) launching on {nodes}")
-    ctx.tenancy(job_id, fresh=True)  # the tenant's roots and user as they are now
+    ctx.tenancy_now(b.tenant(job.tenant_id), job_id)  # the tenant's roots and user as they are now
     spec = attempt_spec(ctx, job_id, number, manifest, tuple(learners), port)
     # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
     prior = prior_runtime(b.s, job_id) if manifest.max_runtime_s is not None and number > 1 else 0.0
     run = RunState(job_id, number, spec, alloc, Phase.DOWNLOADING if data else Phase.LAUNCHING, now,
                    prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s)
-    b.s.flush()
     for learner in learners:
         st.taken.setdefault(learner.node, set()).update(learner.gpu_ids)
     st.ports.add(port)
@@ -173,15 +173,15 @@ def _drop(ctx: Context, job_id: str) -> None:
 
 def launch(ctx: Context, run: RunState) -> None:
     """Hand the gang of an attempt whose allocation is stored to the executor (in a launch thread)."""
-    prepare_job_dirs(ctx.dirs, run.job_id, ctx.tenancy(run.job_id))
     run.phase = Phase.LAUNCHING
-    ctx.launcher.launch(run.spec)
+    ctx.launcher.launch(run.spec, partial(prepare_job_dirs, ctx.dirs, run.job_id, ctx.tenancy(run.job_id)))
 
 
-def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -> None:
-    """Every learner of the attempt runs: keep the executor's handle with the attempt."""
+def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -> bool:
+    """Every learner of the attempt runs: keep the executor's handle with the attempt. False when nothing was
+    recorded (the next round sees the launch again, or the attempt had ended already)."""
     if not b.claim(run.job_id):
-        return  # handled at the next round (the launcher keeps the result until it is forgotten)
+        return False  # handled at the next round (the launcher keeps the result until it is forgotten)
     job = b.job(run.job_id)
     attempt = b.attempt(run.job_id, run.attempt)
     key = run.key
@@ -192,7 +192,7 @@ def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -
             ctx.executor.stop(*key, 0.0)
 
         b.after(orphaned)
-        return
+        return False
     now = b.now
     if attempt.outcome == "launching":
         attempt.outcome = "running"
@@ -209,6 +209,7 @@ def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -
             ctx.executor.stop(run.job_id, run.attempt, ctx.grace_s)
 
     b.after(effect)
+    return True
 
 
 def staged(b: Batch, ctx: Context, run: RunState, done: StageDone) -> None:

@@ -25,7 +25,6 @@ import os
 import select
 import signal
 import socket
-import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -52,6 +51,7 @@ from loadmaster.platform.executors.files import (
     size_of,
     write_atomic,
 )
+from loadmaster.platform.executors.forked import ShimSupervisor
 from loadmaster.platform.executors.gang import (
     GANG_FAILURE,
     STOP,
@@ -66,6 +66,7 @@ from loadmaster.platform.executors.registry import AttemptRegistry
 from loadmaster.platform.executors.sandbox import clean_env, confined_argv
 from loadmaster.platform.executors.shim import CANNOT_START, ShimRequest
 from loadmaster.platform.executors.spawn import (
+    ShimProcess,
     ShimRecord,
     abort,
     await_started,
@@ -83,7 +84,7 @@ _READ_CHUNK = 1 << 20
 class _Learner:
     rank: int
     record: ShimRecord
-    popen: subprocess.Popen[bytes] | None  # None after reattach: the shim is not our child then
+    popen: ShimProcess | None  # None after reattach: the shim is neither our child nor our supervisor's then
     report_offset: int
     reports: JsonLines
 
@@ -124,6 +125,7 @@ class LocalExecutor:
         self._attempts = self._registry.attempts
         self._lock = self._registry.lock
         self._watcher = _ExitWatcher()
+        self.supervisor = ShimSupervisor(start_timeout_s)  # forks the shims (supervisor.py)
         self.sandbox = sandbox  # the bwrap binary (sandbox.find_bwrap); None: learners run unconfined
 
     # ------------------------------------------------------------------------------------------- launch
@@ -154,7 +156,7 @@ class LocalExecutor:
                 ) for learner in spec.learners
             }
             offsets = {rank: size_of(files.report(rank)) for rank in requests}
-            records = _start_gang(spec, requests, self.start_timeout_s)
+            records = _start_gang(spec, requests, self.start_timeout_s, self.supervisor)
             learners = {
                 rank: _Learner(rank, record, popen, offsets[rank], JsonLines(str(files.report(rank))))
                 for rank, (popen, record) in records.items()
@@ -375,6 +377,7 @@ class LocalExecutor:
         with self._lock:
             self._attempts.clear()
         self._watcher.stop()
+        self.supervisor.close()
 
 
 def _handle_records(files: AttemptFiles, given: Mapping[int, ShimRecord]) -> dict[int, ShimRecord] | None:
@@ -444,13 +447,14 @@ def _prepare_files(spec: AttemptSpec, run_as: tuple[int, int] | None = None) -> 
 
 
 def _start_gang(
-    spec: AttemptSpec, requests: Mapping[int, ShimRequest], timeout_s: float,
-) -> dict[int, tuple[subprocess.Popen[bytes], ShimRecord]]:
-    """Start every learner or none: on the first one that cannot start, kill those that did."""
-    popens: dict[int, subprocess.Popen[bytes]] = {}
+    spec: AttemptSpec, requests: Mapping[int, ShimRequest], timeout_s: float, supervisor: ShimSupervisor,
+) -> dict[int, tuple[ShimProcess, ShimRecord]]:
+    """Start every learner or none: on the first one that cannot start, kill those that did. Each shim is
+    forked by the supervisor, or started afresh where the supervisor cannot."""
+    popens: dict[int, ShimProcess] = {}
     for rank, request in requests.items():
         try:
-            popens[rank] = spawn_shim(request)
+            popens[rank] = supervisor.spawn(request) or spawn_shim(request)
         except OSError as exc:
             for started, popen in popens.items():
                 abort(popen, requests[started], None)

@@ -45,7 +45,7 @@ from loadmaster.platform.executors.envvars import child_env
 from loadmaster.platform.executors.files import write_atomic
 from loadmaster.platform.executors.gang import LOST_EXIT_CODE
 from loadmaster.platform.executors.procs import boot_id, is_running, start_token
-from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, kill_descendants, send
+from loadmaster.platform.executors.tree import ProcessTable, become_subreaper, children, kill_descendants, send
 
 CANNOT_START = 127
 FENCED = 126
@@ -142,6 +142,12 @@ def _clean_up(leader: int, patience_s: float = 10.0) -> None:
     while True:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(leader, signal.SIGKILL)
+        kids = children(os.getpid())
+        if kids is not None and set(kids) <= {leader}:
+            # Every descendant is below one of our children (orphans are re-parented to us, the subreaper,
+            # before the leader is a zombie): with the leader our only child, nothing is left; the common
+            # case (a learner that leaves nothing) costs no scan of every process on the machine.
+            return
         victims = kill_descendants(os.getpid())
         for pid in victims:  # only our own children can be collected; the rest are their parents' to reap
             with contextlib.suppress(ChildProcessError):

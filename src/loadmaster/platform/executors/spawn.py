@@ -11,7 +11,7 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from loadmaster.platform.executors.files import (
     AttemptFiles,
@@ -28,7 +28,7 @@ from loadmaster.platform.executors.tree import signal_trees
 
 # The shim runs with `python -m`, whose sys.path starts with the working directory: running it from the
 # directory that holds the loadmaster package makes it importable even from a source checkout.
-_PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
+PACKAGE_PARENT = str(Path(__file__).resolve().parents[3])
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,13 +64,31 @@ def signal_learners(records: Iterable[ShimRecord], signum: int) -> None:
 _SHIM_NEEDS = ("PATH", "LANG", "LC_ALL", "PYTHONPATH", "PYTHONHOME", "TMPDIR")
 
 
-def _shim_env(request: ShimRequest) -> dict[str, str] | None:
-    """The shim's own environment: with a clean request (the learner's whole environment in it), only what
-    running Python needs, so that no secret of the server's sits in a process beside the learner's; else the
-    server's (the shim passes it on to the learner under the request's overlay)."""
-    if not request.clean:
-        return None
+def shim_needs() -> dict[str, str]:
+    """Only what running Python needs of the server's environment: no secret of the server's sits in a
+    process beside the learner's (a shim of a clean request, the supervisor that forks those)."""
     return {k: v for k, v in os.environ.items() if k in _SHIM_NEEDS}
+
+
+def _shim_env(request: ShimRequest) -> dict[str, str] | None:
+    """The shim's own environment: with a clean request (the learner's whole environment in it), shim_needs();
+    else the server's (the shim passes it on to the learner under the request's overlay)."""
+    return shim_needs() if request.clean else None
+
+
+class ShimProcess(Protocol):
+    """A shim as its starter follows it: a Popen of our own, or a shim forked by the supervisor (forked.py)."""
+
+    pid: int
+    returncode: int | None
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
+
+    def send_signal(self, signum: int) -> None: ...
+
+    def kill(self) -> None: ...
 
 
 def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
@@ -80,7 +98,7 @@ def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
         popen = subprocess.Popen(
             [sys.executable, "-m", "loadmaster.platform.executors.shim"],
             stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=log,
-            cwd=_PACKAGE_PARENT, start_new_session=True, close_fds=True, env=_shim_env(request),
+            cwd=PACKAGE_PARENT, start_new_session=True, close_fds=True, env=_shim_env(request),
         )
     assert popen.stdin is not None
     try:
@@ -91,7 +109,7 @@ def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
     return popen
 
 
-def await_started(popen: subprocess.Popen[bytes], request: ShimRequest, deadline: float) -> ShimRecord | str:
+def await_started(popen: ShimProcess, request: ShimRequest, deadline: float) -> ShimRecord | str:
     """The shim's record once its learner runs, or why it did not start (a message for LaunchError)."""
     pid_file = Path(request.pid)
     delay = 0.005
@@ -113,7 +131,7 @@ def await_started(popen: subprocess.Popen[bytes], request: ShimRequest, deadline
         delay = min(delay * 2, 0.05)
 
 
-def abort(popen: subprocess.Popen[bytes], request: ShimRequest, record: ShimRecord | None) -> None:
+def abort(popen: ShimProcess, request: ShimRequest, record: ShimRecord | None) -> None:
     """Kill one learner of a gang that failed to launch, and wait for its shim so nothing is left."""
     if record is None and popen.poll() is None:
         # Not known to run yet: SIGTERM makes the shim forward it to a learner it may just have started.

@@ -104,6 +104,22 @@ def signal_trees(learners: Sequence[tuple[tuple[int, str], tuple[int, str]]], si
             send(table.outside_group(shim[0], leader[0]), signum)
 
 
+def children(pid: int) -> list[int] | None:
+    """The children of `pid`, zombies included, from its threads' /proc children lists (Linux 3.5+ built with
+    CONFIG_PROC_CHILDREN): no scan of every process. None where that list is not offered."""
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            found = [int(p) for p in f.read().split()]
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return None
+    for tid in tasks:
+        if tid != str(pid):
+            with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/children") as f:
+                found += [int(p) for p in f.read().split()]  # a thread that exited meanwhile has none
+    return found
+
+
 def kill_descendants(pid: int) -> list[int]:
     """SIGKILL every live descendant of `pid`; the pids signalled."""
     victims = ProcessTable.scan().descendants(pid)

@@ -1,0 +1,122 @@
+"""Shims forked by the node's supervisor (executors/supervisor.py, forked.py) with real processes: each in a
+session of its own, the supervisor replaced when it was killed, given up (and the shim started afresh) when
+it is stuck, and outliving its executor until the shims it forked have ended."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from loadmaster.platform.executors.base import LaunchError
+from loadmaster.platform.executors.local import LocalExecutor
+from loadmaster.platform.executors.procs import proc_state
+from tests.platform.executor_helpers import attempt_spec, kill_leftovers, learners, wait_for_end, wait_until
+
+pytestmark = pytest.mark.skipif(not Path("/proc").is_dir(), reason="the tests inspect processes through /proc")
+
+WAIT_FOR_GO = ("sh", "-c", "while [ ! -e go ]; do sleep 0.02; done")
+
+
+@pytest.fixture(autouse=True)
+def _no_leftovers() -> Iterator[None]:
+    yield
+    kill_leftovers()
+
+
+def _parent(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+def _gone(pid: int) -> bool:
+    state = proc_state(pid)
+    return state is None or state.exited
+
+
+def _shim_pids(handle: dict[str, object]) -> list[int]:
+    learners = handle["learners"]
+    assert isinstance(learners, list)
+    return [int(entry["shim_pid"]) for entry in learners]
+
+
+def test_learners_are_forked_by_the_supervisor_each_in_a_session_of_its_own(tmp_path: Path) -> None:
+    ex = LocalExecutor()
+    spec = attempt_spec(tmp_path, command=WAIT_FOR_GO)
+    handle = ex.launch(spec)
+    supervisor = ex.supervisor.pid
+    assert supervisor is not None and os.getsid(supervisor) == supervisor != os.getsid(0)
+    for shim in _shim_pids(handle):
+        assert _parent(shim) == supervisor
+        assert os.getsid(shim) == shim
+    (tmp_path / "go").touch()
+    ended, _ = wait_for_end(ex)
+    assert ended.succeeded and [e.exit_code for e in ended.exits] == [0, 0]
+    ex.close()
+
+
+def test_a_killed_supervisor_is_replaced_and_the_shims_it_forked_run_on(tmp_path: Path) -> None:
+    ex = LocalExecutor()
+    first = ex.launch(attempt_spec(tmp_path, command=WAIT_FOR_GO))
+    old = ex.supervisor.pid
+    assert old is not None
+    os.kill(old, signal.SIGKILL)
+    wait_until(lambda: _gone(old), what="the supervisor's death")
+    second = ex.launch(attempt_spec(tmp_path, command=("true",)))
+    new = ex.supervisor.pid
+    assert new is not None and new != old
+    assert all(_parent(shim) == new for shim in _shim_pids(second) if not _gone(shim))
+    ended, _ = wait_for_end(ex)
+    assert ended.job_id == second["job_id"] and ended.succeeded
+    (tmp_path / "go").touch()
+    ended, _ = wait_for_end(ex)
+    assert ended.job_id == first["job_id"] and ended.succeeded
+    ex.close()
+
+
+def test_a_stuck_supervisor_is_given_up_and_the_shim_started_afresh(tmp_path: Path) -> None:
+    ex = LocalExecutor()
+    ex.launch(attempt_spec(tmp_path, command=("true",)))
+    wait_for_end(ex)
+    stuck = ex.supervisor.pid
+    assert stuck is not None
+    os.kill(stuck, signal.SIGSTOP)
+    ex.supervisor.pid_timeout_s = 0.5
+    try:
+        handle = ex.launch(attempt_spec(tmp_path, command=WAIT_FOR_GO, gang=learners(("n0", (0,)))))
+    finally:
+        with contextlib.suppress(ProcessLookupError):  # not left stopped, should it have survived
+            os.kill(stuck, signal.SIGCONT)
+    assert _gone(stuck)
+    assert [_parent(shim) for shim in _shim_pids(handle)] == [os.getpid()]  # started as before: our child
+    (tmp_path / "go").touch()
+    ended, _ = wait_for_end(ex)
+    assert ended.succeeded
+    ex.close()
+
+
+def test_the_supervisor_outlives_its_executor_until_the_shims_it_forked_have_ended(tmp_path: Path) -> None:
+    ex = LocalExecutor()
+    spec = attempt_spec(tmp_path, command=WAIT_FOR_GO)
+    handle = ex.launch(spec)
+    supervisor = ex.supervisor.pid
+    assert supervisor is not None
+    ex.close()  # as a server that exits, or dies: the supervisor's socket ends
+    shims = _shim_pids(handle)
+    assert not _gone(supervisor) and not any(_gone(shim) for shim in shims)
+    (tmp_path / "go").touch()
+    wait_until(lambda: _gone(supervisor), what="the supervisor to exit after its shims")
+    assert all(_gone(shim) for shim in shims)
+    assert [(Path(spec.log_dir) / f"rank-{r}.exit").read_text().strip() for r in (0, 1)] == ["0", "0"]
+
+
+def test_a_command_that_cannot_start_under_a_forked_shim_is_the_jobs_error(tmp_path: Path) -> None:
+    ex = LocalExecutor()
+    with pytest.raises(LaunchError) as caught:
+        ex.launch(attempt_spec(tmp_path, command=(str(tmp_path / "missing"),)))
+    assert caught.value.user_error and "cannot start" in str(caught.value)
+    assert ex.supervisor.pid is not None
+    ex.close()
