@@ -1,5 +1,5 @@
 """Submission throughput through the HTTP API: jobs accepted per second with N concurrent clients.
-Target: at least 500 jobs/s on SQLite with 2 cores.
+Target (issue 10): at least 1,000 jobs/s from 20 clients, on SQLite and on PostgreSQL, with 2 cores.
 
     .venv/bin/python bench/bench_api.py                      # SQLite; 1, 4, 16, 64 clients
     .venv/bin/python bench/bench_api.py --clients 16 --jobs 5000

@@ -9,6 +9,7 @@ from fastapi.openapi.utils import get_openapi
 
 from loadmaster.platform.api import cluster, code, docs, errors, health, jobs, logs, outputs, queue, tenants, usage
 from loadmaster.platform.api.context import ApiContext
+from loadmaster.platform.api.shortcut import Shortcut
 from loadmaster.platform.manifest import JobManifest
 
 DESCRIPTION = """The loadmaster platform: tenants submit training jobs, the control loop schedules them.
@@ -40,6 +41,8 @@ def _build(version: str) -> FastAPI:
     # FastAPI's own /docs page loads Swagger UI from a CDN: docs.install serves it from a package instead.
     app = FastAPI(title="loadmaster", version=version or health._version(), description=DESCRIPTION,
                   docs_url=None, redoc_url=None, openapi_url="/openapi.json")
+    # The hot route beside FastAPI's dispatch, inside the backstop (errors.install adds it after: outermost).
+    app.add_middleware(Shortcut, method="POST", path=jobs.router.prefix, answer=jobs.submit_directly)
     errors.install(app)
     docs.install(app)
     routes = []

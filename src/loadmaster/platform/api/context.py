@@ -20,7 +20,7 @@ from loadmaster.platform.api.models import JobSummary
 from loadmaster.platform.code import DEFAULT_MAX_MB
 from loadmaster.platform.layout import JobDirs
 from loadmaster.platform.store.db import Store
-from loadmaster.platform.store.tenants import Principal, authenticate
+from loadmaster.platform.store.tenants import Principal, authenticate_by, token_reader
 from loadmaster.platform.tenancy import Isolation
 
 
@@ -75,12 +75,12 @@ class Authenticator:
     apply at once)."""
 
     def __init__(self, store: Store, clock: Callable[[], float] = time.time) -> None:
-        self.store = store
         self.clock = clock
+        # A driver connection of its own (store/plain_read.py): a sixth of an Engine connection's cost.
+        self.reader = store.plain_read(token_reader)
 
     def principal(self, token: str) -> Principal | None:
-        with self.store.engine.connect() as c:  # a read on a plain connection: a third of an ORM session's cost
-            return authenticate(c, token, self.clock())
+        return authenticate_by(self.reader, token, self.clock())
 
 
 @dataclass

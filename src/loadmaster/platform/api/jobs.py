@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, cast
 
-from fastapi import APIRouter, Path, Query, Request
+from fastapi import APIRouter, Path, Query, Request, Response
 from sqlalchemy import func, select, tuple_
 from sqlalchemy.orm import Session
 from starlette.concurrency import run_in_threadpool
@@ -13,7 +13,7 @@ from starlette.concurrency import run_in_threadpool
 from loadmaster.core.job import JobStatus
 from loadmaster.platform import admission, code
 from loadmaster.platform.api import actions
-from loadmaster.platform.api.auth import Ctx, Who
+from loadmaster.platform.api.auth import Ctx, Who, bearer, context, principal
 from loadmaster.platform.api.context import ApiContext
 from loadmaster.platform.api.errors import ApiError, field_error, responses
 from loadmaster.platform.api.models import (
@@ -32,7 +32,7 @@ from loadmaster.platform.api.models import (
 )
 from loadmaster.platform.api.submission import bounded_body, decode_manifest
 from loadmaster.platform.manifest import JobManifest, ManifestError, array_tasks
-from loadmaster.platform.store.jobs import add_job, new_job_id
+from loadmaster.platform.store.jobs import new_job_id, queue_job
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import Principal, get_tenant
 from loadmaster.platform.tenancy import resolve_paths, tenant_area
@@ -88,6 +88,8 @@ def _submitter(who: Principal, tenant: str | None) -> _Submitter:
 
 def _check_paths(ctx: ApiContext, manifest: JobManifest, job_id: str, by: _Submitter) -> None:
     """workdir, data and results must stay inside the job's directory, the tenant's area or its roots."""
+    if manifest.workdir is None and manifest.data is None and manifest.results is None:
+        return  # nothing to resolve (the usual manifest): skip building the tenant's area and roots
     area = tenant_area(ctx.dirs, by.tenant, by.roots)
     try:
         resolve_paths(manifest, ctx.dirs.job(job_id), area)
@@ -143,13 +145,21 @@ async def submit(request: Request, ctx: Ctx, who: Who,
 
     def write(s: Session) -> Submitted:
         _check_dependencies(s, manifest, by.tenant_id)
-        jobs = [add_job(s, by.tenant_id, task, now, job_id=task_id, user=by.user) for task, task_id in tasks]
+        jobs = [queue_job(s, by.tenant_id, task, now, job_id=task_id, user=by.user) for task, task_id in tasks]
         return Submitted(**summary(jobs[0], by.tenant).model_dump(),
                          array_tasks=[j.id for j in jobs] if manifest.array is not None else [])
 
-    # One INSERT of the job and its first history row, committed together with the submissions that arrived
-    # meanwhile (group commit); the loop is woken once the batch is committed.
+    # The job and its first history row, written at commit in one INSERT per table with the submissions that
+    # arrived meanwhile (group commit); the loop is woken once the batch is committed.
     return cast(Submitted, await ctx.submissions.submit(write))
+
+
+async def submit_directly(request: Request) -> Response:
+    """`submit` for a request without a query string, called with its dependencies as FastAPI would, and
+    its answer serialised as FastAPI does for a response model (api/shortcut.py says why)."""
+    ctx = await context(request)
+    submitted = await submit(request, ctx, await principal(ctx, await bearer(request)))
+    return Response(submitted.model_dump_json(by_alias=True), status_code=201, media_type="application/json")
 
 
 _ID_PREFIX = r"^[A-Za-z0-9-]{1,32}$"

@@ -48,7 +48,7 @@ def decode_manifest(body: bytes, content_type: str | None, max_bytes: int) -> Jo
         text = body.decode("utf-8")
     except UnicodeDecodeError:
         raise field_error(400, "body", "the body is not UTF-8 text") from None
-    depth = nesting(text)
+    depth = nesting(text, MAX_DEPTH)
     if depth > MAX_DEPTH:
         raise field_error(400, "body", f"the manifest is nested {depth} levels deep; a manifest is a mapping of a "
                                        f"few levels (at most {MAX_DEPTH})")
@@ -71,10 +71,18 @@ def decode_manifest(body: bytes, content_type: str | None, max_bytes: int) -> Jo
     return manifest
 
 
-def nesting(text: str) -> int:
+def nesting(text: str, limit: int) -> int:
     """How deep the text's brackets nest, outside quoted strings, or its block style by indentation and
-    dashes ("- - - x" opens three sequences), whichever is deeper: one pass, no parsing (an estimate of the
-    parse's depth; a manifest uses a few levels)."""
+    dashes ("- - - x" opens three sequences), whichever is deeper: no parsing (an estimate of the parse's
+    depth; a manifest uses a few levels). Exact whenever it passes `limit`; at most `limit` otherwise."""
+    # The bracket walk goes a character at a time; brackets cannot nest deeper than there are of them, so a
+    # text with no more than `limit` (the usual manifest) skips it: past the limit, the block style decides.
+    brackets = bracket_depth(text) if text.count("[") + text.count("{") > limit else 0
+    return max(brackets, block_depth(text))
+
+
+def bracket_depth(text: str) -> int:
+    """How deep the text's brackets nest, outside quoted strings."""
     deepest = depth = 0
     quote = ""
     escaped = False
@@ -93,8 +101,12 @@ def nesting(text: str) -> int:
             deepest = max(deepest, depth)
         elif ch in "]}":
             depth = max(0, depth - 1)
-    block = max((len(line) - len(line.lstrip("- ")) for line in text.splitlines()), default=0) // 2
-    return max(deepest, block)
+    return deepest
+
+
+def block_depth(text: str) -> int:
+    """How deep the block style nests, by indentation and dashes ("- - - x" opens three sequences)."""
+    return max((len(line) - len(line.lstrip("- ")) for line in text.splitlines()), default=0) // 2
 
 
 def _check_process_limits(manifest: JobManifest) -> None:

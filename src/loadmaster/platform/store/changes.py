@@ -9,24 +9,25 @@ reader that sees counter value N sees every transaction numbered up to N committ
 Writers need do nothing: the sessions of Store are tracked here (ORM changes to Job and Tenant rows are
 noted at each flush and stamped at commit). A Core UPDATE of jobs must call touch() with the ids it changed
 (the control loop's progress updates do not: they are its own, kept in its memory, and not a reason to
-re-read the row).
+re-read the row). Rows given to insert_at_commit() are written at commit, job rows with the number.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, cast
 
-from sqlalchemy import event, update
+from sqlalchemy import Table, event, insert, update
 from sqlalchemy.orm import Session, sessionmaker
 
-from loadmaster.platform.store.models import Counter, Job, Tenant
+from loadmaster.platform.store.models import Base, Counter, Job, Tenant
 
 JOBS = "jobs"
 TENANTS = "tenants"
 _TOUCHED = "loadmaster_touched_jobs"  # Session.info keys
 _TENANTS = "loadmaster_touched_tenants"
 _SEQ = "loadmaster_change_seq"
+_NEW = "loadmaster_new_rows"
 _CHUNK = 500
 
 
@@ -40,6 +41,13 @@ def track(sessions: sessionmaker[Session]) -> None:
 def touch(s: Session, job_ids: Iterable[str]) -> None:
     """Jobs changed by a Core statement in this transaction: stamp them at commit."""
     s.info.setdefault(_TOUCHED, set()).update(job_ids)
+
+
+def insert_at_commit(s: Session, model: type[Base], row: dict[str, Any]) -> None:
+    """A row to INSERT when the transaction commits, in one statement with the other rows queued for its
+    table (tables in the order first queued: a parent before its children); a job row is stamped with the
+    transaction's change number. Rolled back with the transaction (not with a savepoint: queue none in one)."""
+    s.info.setdefault(_NEW, {}).setdefault(model, []).append(row)
 
 
 def number_now(s: Session) -> int:
@@ -75,7 +83,7 @@ def _note(session: Session, _context: Any, _instances: Any) -> None:
 
 
 def _pending_jobs(session: Session) -> bool:
-    return any(isinstance(o, Job) for o in session.new) or any(
+    return Job in session.info.get(_NEW, {}) or any(isinstance(o, Job) for o in session.new) or any(
         isinstance(o, Job) and session.is_modified(o) for o in session.dirty)
 
 
@@ -83,6 +91,7 @@ def _stamp(session: Session) -> None:
     info = session.info
     if info.get(_SEQ) is not None:  # numbered at its start (number_now): rows were stamped as they were written
         session.flush()
+        _insert_queued(session, info[_SEQ])
         ids = sorted(info.get(_TOUCHED, ()))  # Core writes noted with touch()
         for start in range(0, len(ids), _CHUNK):
             session.execute(update(Job).where(Job.id.in_(ids[start:start + _CHUNK])).values(change_seq=info[_SEQ])
@@ -93,10 +102,14 @@ def _stamp(session: Session) -> None:
     if not info.get(_TOUCHED) and not _pending_jobs(session):
         if any(isinstance(o, Tenant) for o in (*session.new, *session.dirty)) or info.pop(_TENANTS, False):
             bump(session, TENANTS)
+        if _NEW in info:  # rows of other tables (a job row would be a pending job): nothing to number
+            session.flush()  # parents the ORM still holds first
+            _insert_queued(session, 0)
         return
     # Taken as late as possible: the counter's row lock orders the writers until this commit is done.
     seq = info[_SEQ] = bump(session, JOBS)
     session.flush()  # what is still pending is written with its number (see _note)
+    _insert_queued(session, seq)
     ids = sorted(info.get(_TOUCHED, ()))
     for start in range(0, len(ids), _CHUNK):
         session.execute(update(Job).where(Job.id.in_(ids[start:start + _CHUNK])).values(change_seq=seq)
@@ -105,10 +118,19 @@ def _stamp(session: Session) -> None:
         bump(session, TENANTS)
 
 
+def _insert_queued(session: Session, seq: int) -> None:
+    for model, rows in session.info.pop(_NEW, {}).items():
+        if model is Job:
+            for row in rows:
+                row["change_seq"] = seq
+        # The Core table, not the ORM entity: a plain executemany, no ORM bulk machinery.
+        session.execute(insert(cast(Table, model.__table__)), rows)
+
+
 def _forget(session: Session, transaction: Any) -> None:
     if transaction.parent is not None:  # a savepoint: what the transaction noted so far still counts
         return
-    for key in (_TOUCHED, _TENANTS, _SEQ):
+    for key in (_TOUCHED, _TENANTS, _SEQ, _NEW):
         session.info.pop(key, None)
 
 

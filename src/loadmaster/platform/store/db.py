@@ -12,9 +12,9 @@ lock_timeout=MS` in the URL changes it).
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
 from loadmaster.platform.store.changes import track
+from loadmaster.platform.store.plain_read import PlainRead
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 10.0
@@ -133,6 +134,8 @@ class Store:
     sessions: sessionmaker[Session]
     # Sessions that take SQLite's write lock at BEGIN (read-modify-write); the same as `sessions` elsewhere.
     locking: sessionmaker[Session]
+    # Reads on driver connections of their own (plain_read()), closed with the store.
+    reads: list[PlainRead] = field(default_factory=list)
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
@@ -166,8 +169,16 @@ class Store:
         with (self.locking if for_update else self.sessions).begin() as s:
             yield s
 
+    def plain_read(self, make: Callable[[Engine], PlainRead]) -> PlainRead:
+        """A PlainRead on this store's engine (`make`: e.g. tenants.token_reader), closed by close()."""
+        read = make(self.engine)
+        self.reads.append(read)
+        return read
+
     def tables(self) -> list[str]:
         return sorted(inspect(self.engine).get_table_names())
 
     def close(self) -> None:
+        for read in self.reads:
+            read.close()
         self.engine.dispose()

@@ -14,13 +14,16 @@ import hashlib
 import re
 import secrets
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from sqlalchemy import Connection, bindparam, delete, select
+from sqlalchemy import Connection, Engine, bindparam, delete, select
 from sqlalchemy.orm import Session
 
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.store.models import Attempt, AuditEntry, Estimate, Job, Tenant, Token, Transition
+from loadmaster.platform.store.plain_read import PlainRead
 
 TOKEN_PREFIX = "lm_"
 MAX_QUOTA = 1_000_000
@@ -220,11 +223,24 @@ _BY_HASH = (select(Token.is_admin, Tenant.id, Tenant.name, Tenant.gpu_quota, Ten
 
 def authenticate(s: Session | Connection, token: str, now: float | None = None) -> Principal | None:
     """The principal a token acts for, or None for a token nobody issued, revoked or expired (as of `now`,
-    default the time now). `s`: a session, or a plain connection (the API's per-request check: no ORM)."""
-    now = time.time() if now is None else now
-    row = s.execute(_BY_HASH, {"digest": hash_token(token)}).first()
+    default the time now). `s`: a session, or a plain connection."""
+    return _principal(s.execute(_BY_HASH, {"digest": hash_token(token)}).first(), now)
+
+
+def token_reader(engine: Engine) -> PlainRead:
+    """The token check as a PlainRead (the API's per-request check: no pool, no ORM; authenticate_by)."""
+    return PlainRead(engine, _BY_HASH)
+
+
+def authenticate_by(reader: PlainRead, token: str, now: float | None = None) -> Principal | None:
+    """authenticate() through token_reader()'s read: one indexed read that sees every commit before it."""
+    return _principal(reader.first({"digest": hash_token(token)}), now)
+
+
+def _principal(row: Sequence[Any] | None, now: float | None) -> Principal | None:
     if row is None:
         return None
+    now = time.time() if now is None else now
     is_admin, name, quota, borrow, user, expires_at, roots = row[0], row[2], row[3], row[4], row[5], row[6], row[7]
     tenant_id: int | None = row[1]  # an outer join: None when the token has no tenant
     if expires_at is not None and expires_at <= now:
