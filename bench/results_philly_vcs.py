@@ -20,6 +20,7 @@ from typing import Any
 
 from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.experiment import RunOptions, RunOutcome, simulate
+from loadmaster.sim.metrics import delay_classes
 from loadmaster.traces import load_cluster
 from loadmaster.traces.synth import synthesize, vc_quotas
 from results_common import KEYS, save
@@ -39,8 +40,8 @@ def by_size(outcome: RunOutcome) -> dict[str, Any]:
         delays += d
         waits = {"fair_share": 0.0, "fragmentation": 0.0, "capacity": 0.0}
         for r in recs:
-            for reason, s in r.wait_s.items():
-                waits[_delay_class(reason)] += s
+            for cls, s in delay_classes(r).items():
+                waits[cls] += s
         total = sum(waits.values())
         out[label] = {
             "jobs": len(d),
@@ -52,12 +53,6 @@ def by_size(outcome: RunOutcome) -> dict[str, Any]:
     return {"median_queue_delay_s": statistics.median(delays) if delays else 0.0, "p75_queue_delay_s": q[14],
             "p90_queue_delay_s": q[17], "queue_delay_quantiles_s": q,
             "waited_share": sum(1 for d in delays if d > 0) / len(delays) if delays else 0.0, "by_size": out}
-
-
-def _delay_class(reason: str) -> str:
-    from loadmaster.scheduling.plan import WaitReason
-
-    return WaitReason(reason).delay_class
 
 
 def main() -> None:
