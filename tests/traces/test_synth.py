@@ -398,3 +398,14 @@ def test_vc_mode_offers_the_load_on_each_quota_and_keeps_jobs_within_it() -> Non
 def test_vc_mode_needs_a_cluster_and_a_load() -> None:
     with pytest.raises(ValueError, match="cluster and load"):
         synthesize("philly", 100, seed=0, vcs=True)
+
+
+def test_vc_mode_on_a_cluster_too_small_for_every_vc_to_get_a_gpu() -> None:
+    from loadmaster.traces.synth import vc_quotas
+
+    c = load_cluster("16x8")
+    quotas = vc_quotas("philly", c)
+    assert min(quotas.values()) == 0  # the tiny VCs round down to nothing on 128 GPUs
+    w = synthesize("philly", 400, seed=2, cluster=c, load=1.0, vcs=True)
+    assert {j.tenant for j in w.jobs} <= {v for v, q in quotas.items() if q > 0}
+    assert not any("nan" in note for note in w.report.notes)

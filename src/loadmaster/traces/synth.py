@@ -465,7 +465,9 @@ def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: f
     # load was whatever its heavy-tailed draws added up to (0.25 to 1.84 of the target across seeds 0-2 on
     # Philly's machines), so which VCs queued, and the median queueing delay, changed from seed to seed.
     vc_gpu_s = np.bincount(tenant, weights=job_gpu_s, minlength=len(names))
-    spans = vc_gpu_s / (np.array([quotas[v] for v in names], dtype=np.float64) * load)
+    quota = np.array([quotas[v] for v in names], dtype=np.float64)
+    # A VC rounded down to no GPUs on a small cluster submits nothing (its rate is 0): no span either.
+    spans = np.divide(vc_gpu_s, quota * load, out=np.zeros(len(names)), where=quota > 0)
     submit = np.zeros(n)
     for v in range(len(names)):
         mine = np.flatnonzero(tenant == v)
