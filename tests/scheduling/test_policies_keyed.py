@@ -226,7 +226,7 @@ def test_priority_is_fifo_within_a_class() -> None:
 
 
 # -- every keyed policy -------------------------------------------------------------------------------
-KEYED = ("srtf", "las", "las-het", "priority")
+KEYED = ("srtf", "las", "las-het", "priority", "las-gavel")
 
 
 @pytest.mark.parametrize("name", KEYED)
@@ -291,3 +291,54 @@ def test_simulated_jobs_all_end_without_thrashing(name: str, monkeypatch: pytest
         # than a minute of work.
         assert all(checkpointed_this_run(v, t, DEFAULT_CHECKPOINT_INTERVAL_S) for t, v, _ in displaced)
         assert all(work_since_checkpoint(v, t, DEFAULT_CHECKPOINT_INTERVAL_S) <= 60 for t, v, _ in displaced)
+
+
+# -- las-gavel ----------------------------------------------------------------------------------------
+def _three_types() -> Cluster:
+    return Cluster((Node("k", 4, 32, 256, gpu_type="k80"), Node("p", 4, 32, 256, gpu_type="p100"),
+                    Node("v", 4, 32, 256, gpu_type="v100")))
+
+
+def test_las_gavel_never_offers_a_type_where_the_job_runs_below_min_speed() -> None:
+    from loadmaster.scheduling.policies.las_gavel import GavelLasPolicy
+
+    c = _three_types()
+    slow_on_k80 = queued(job("a", type_speed=(("k80", 0.2), ("p100", 0.6), ("v100", 1.0))))
+    pol = GavelLasPolicy(min_speed=0.5)
+    snap = Snapshot.idle(0, c, (slow_on_k80,))
+    assert pol.type_preference(snap, slow_on_k80) == ["v100", "p100"]
+    # With the V100s and P100s taken it waits rather than run at a fifth of its speed (las-het takes the K80).
+    busy = (running(job("v", gpus=4, duration=10_000), (2,)), running(job("p", gpus=4, duration=10_000), (1,)))
+    snap = busy_snapshot(0, c, busy, (slow_on_k80,))
+    assert decide(snap, pol, make_placer("pack")).starts == ()
+    assert [s.job_id for s in decide(snap, HetLasPolicy(), make_placer("pack")).starts] == ["a"]
+
+
+def test_las_gavel_offers_types_by_comparative_advantage() -> None:
+    from loadmaster.scheduling.policies.las_gavel import GavelLasPolicy
+
+    c = _three_types()
+    # Fastest on V100, but at 0.7 of that on a K80, where a typical job runs at 0.2: its advantage is the K80.
+    good_on_k80 = queued(job("g", type_speed=(("k80", 0.7), ("p100", 0.9), ("v100", 1.0))))
+    typical = queued(job("t", type_speed=(("k80", 0.2), ("p100", 0.7), ("v100", 1.0))))
+    snap = Snapshot.idle(0, c, (good_on_k80, typical))
+    pol = GavelLasPolicy(min_speed=0.5)
+    assert pol.type_preference(snap, good_on_k80) == ["k80", "p100", "v100"]
+    assert pol.type_preference(snap, typical) == ["v100", "p100"]
+    assert GavelLasPolicy(min_speed=0.5, advantage=False).type_preference(snap, good_on_k80) == ["v100", "p100", "k80"]
+    starts = {s.job_id: c.nodes[s.allocation.learner_nodes[0]].gpu_type
+              for s in decide(snap, pol, make_placer("pack")).starts}
+    assert starts == {"g": "k80", "t": "v100"}
+
+
+def test_las_gavel_falls_back_to_las_het_without_speeds_of_the_job() -> None:
+    from loadmaster.scheduling.policies.las_gavel import GavelLasPolicy
+
+    plain = queued(job("plain"))
+    partly = queued(job("partly", type_speed=(("k80", 0.1), ("v100", 1.0))))
+    snap = Snapshot.idle(0, _three_types(), (plain, partly))
+    assert GavelLasPolicy().type_preference(snap, plain) == HetLasPolicy().type_preference(snap, plain)
+    # A type it has no number for is not known to be slow: offered last.
+    assert GavelLasPolicy(min_speed=0.5).type_preference(snap, partly) == ["v100", "p100"]
+    with pytest.raises(ValueError, match="min_speed"):
+        GavelLasPolicy(min_speed=1.5)

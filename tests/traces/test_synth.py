@@ -375,16 +375,17 @@ def test_vc_mode_offers_the_load_on_each_quota_and_keeps_jobs_within_it() -> Non
     submits = [j.submit_time_s for j in w.jobs]
     assert submits == sorted(submits)
     assert all(j.gpus <= quotas[j.tenant] for j in w.jobs)
-    span = submits[-1] - submits[0]
-    offered = sum(j.gpus * (j.duration_s + sum(j.failed_attempts_s)) for j in w.jobs)
-    assert offered / (c.total_gpus * span) == pytest.approx(0.9, rel=0.15)
-    # Per VC: GPU-time offered in proportion to quota (heavy tails: loosely), for the big VCs.
-    by_vc = collections.Counter[str]()
-    for j in w.jobs:
-        by_vc[j.tenant] += j.gpus * (j.duration_s + sum(j.failed_attempts_s))
-    big = [v for v, q in quotas.items() if q >= 16]
-    ratios = [by_vc[v] / quotas[v] for v in big]
-    assert max(ratios) / min(ratios) < 4
+    # Every VC offers the load on its own quota over its own arrival span, whatever its heavy-tailed draws add
+    # up to, on every seed (one span for all VCs gave 0.25 to 1.84 of the target on Philly's machines).
+    for seed in (3, 4, 5):
+        ws = w if seed == 3 else synthesize("philly", 6000, seed=seed, cluster=c, load=0.9, vcs=True)
+        offered = collections.Counter[str]()
+        last = collections.Counter[str]()
+        for j in ws.jobs:
+            offered[j.tenant] += j.gpus * (j.duration_s + sum(j.failed_attempts_s))
+            last[j.tenant] = max(last[j.tenant], j.submit_time_s)
+        big = [v for v, q in quotas.items() if q >= 16]
+        assert all(offered[v] / (quotas[v] * last[v]) == pytest.approx(0.9, rel=0.1) for v in big), seed
     # Bursts: many jobs share a VC, user and size with the job submitted just before them, within an hour.
     same = sum(1 for a, b in zip(w.jobs, w.jobs[1:], strict=False)
                if (a.tenant, a.user, a.gpus) == (b.tenant, b.user, b.gpus) and b.submit_time_s - a.submit_time_s < 3600)
@@ -397,3 +398,14 @@ def test_vc_mode_offers_the_load_on_each_quota_and_keeps_jobs_within_it() -> Non
 def test_vc_mode_needs_a_cluster_and_a_load() -> None:
     with pytest.raises(ValueError, match="cluster and load"):
         synthesize("philly", 100, seed=0, vcs=True)
+
+
+def test_vc_mode_on_a_cluster_too_small_for_every_vc_to_get_a_gpu() -> None:
+    from loadmaster.traces.synth import vc_quotas
+
+    c = load_cluster("16x8")
+    quotas = vc_quotas("philly", c)
+    assert min(quotas.values()) == 0  # the tiny VCs round down to nothing on 128 GPUs
+    w = synthesize("philly", 400, seed=2, cluster=c, load=1.0, vcs=True)
+    assert {j.tenant for j in w.jobs} <= {v for v, q in quotas.items() if q > 0}
+    assert not any("nan" in note for note in w.report.notes)

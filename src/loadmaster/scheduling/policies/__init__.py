@@ -9,6 +9,7 @@ from loadmaster.scheduling.policies.drf import DrfPolicy
 from loadmaster.scheduling.policies.fair import FairPolicy
 from loadmaster.scheduling.policies.fifo import FifoPolicy
 from loadmaster.scheduling.policies.las import HetLasPolicy, LasPolicy
+from loadmaster.scheduling.policies.las_gavel import GavelLasPolicy
 from loadmaster.scheduling.policies.priority import PriorityPolicy
 from loadmaster.scheduling.policies.srtf import SrtfPolicy
 from loadmaster.scheduling.policies.themis import ThemisPolicy
@@ -20,6 +21,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "srtf": SrtfPolicy,
     "las": LasPolicy,
     "las-het": HetLasPolicy,
+    "las-gavel": GavelLasPolicy,
     "priority": PriorityPolicy,
     "drf": DrfPolicy,
     "themis": ThemisPolicy,
