@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from loadmaster.platform.usage import UsageBy, _days
+from loadmaster.platform.usage import Held, UsageBy, _days, timeline
 from tests.cli.test_platform_cli import run
 from tests.platform.api_fixtures import ADMIN_SECRET, Live, start_platform
 
@@ -191,3 +191,14 @@ def test_usage_on_both_stores(db_url: str, tmp_path: Path) -> None:
         assert every["total"]["gpu_hours"] == pytest.approx(sum(r["gpu_hours"] for r in every["rows"]))
     finally:
         handle.platform.shutdown()
+
+
+@pytest.mark.parametrize(("since", "until"), [(1700340285.235002, 1700369406.7637432), (5.0, 5.0)])
+def test_timeline_default_step_gives_the_window_in_200_points(since: float, until: float) -> None:
+    # The API's default step is the window over 200; for these windows that step divides back to a hair
+    # above 200, which once made a 201st bucket of width 0 (a ZeroDivisionError, answered 500).
+    step = (until - since) / 200 or 1.0
+    held = Held("j", "j", "t", "u", since, until, 2, failed=False, preempted=False)
+    line = timeline([held], since, until, step)
+    assert len(line) == (200 if until > since else 1)
+    assert all(v >= 0 for v in line)

@@ -154,7 +154,9 @@ def summarise(holds: Iterable[Held], by: UsageBy) -> tuple[list[Usage], Usage]:
 
 def timeline(holds: Iterable[Held], since: float, until: float, step: float) -> list[float]:
     """Busy GPUs, averaged over each step of [since, until) (the last step may be shorter)."""
-    buckets = max(1, math.ceil((until - since) / step))
+    # A step given as (until - since) / n can divide back to a hair above n: that is n buckets, not n + 1
+    # with an empty last one.
+    buckets = max(1, math.ceil((until - since) / step * (1 - 1e-12)))
     busy = [0.0] * buckets
     for h in holds:
         first = int((h.start - since) // step)
@@ -164,4 +166,5 @@ def timeline(holds: Iterable[Held], since: float, until: float, step: float) -> 
             b = min(h.end, since + (i + 1) * step)
             if b > a:
                 busy[i] += h.gpus * (b - a)
-    return [gpu_s / min(step, until - (since + i * step)) for i, gpu_s in enumerate(busy)]
+    widths = (min(step, until - (since + i * step)) for i in range(buckets))
+    return [gpu_s / w if w > 0 else 0.0 for gpu_s, w in zip(busy, widths, strict=True)]
