@@ -64,7 +64,8 @@ def server(
                                       "preemption loses (default: the policy's, 900).")] = None,
     migrate: Annotated[bool, typer.Option(
         "--migrate", help="Defragment: when a gang waits because its GPUs are scattered, move smaller running "
-                          "jobs (checkpoint, stop, requeue) so that it starts.")] = False,
+                          "jobs (checkpoint, stop, requeue) so that it starts; themis also re-auctions jobs "
+                          "whose lease ended onto free GPUs they run faster on (live: a halt and a requeue).")] = False,
     smoke_test: Annotated[float, typer.Option(
         "--smoke-test", help="Seconds a new multi-GPU job first runs on one GPU before its gang is placed (a "
                              "failure there costs one GPU); 0: off.")] = 0.0,

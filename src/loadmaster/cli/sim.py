@@ -53,7 +53,8 @@ GANG_HELP = ("on: gang scheduling (a job's learners start together or not at all
              "until the last one fits, and partial gangs can deadlock.")
 MIGRATE_HELP = ("on: defragment: when a gang waits on fragmentation (or for locality), move up to 8 smaller running "
                 "jobs to other servers so it fits; a move costs the restart overhead and the work since the last "
-                "checkpoint. off: never move a running job.")
+                "checkpoint; themis also moves jobs whose lease ended to free GPUs they run faster on "
+                "(its re-auction). off: never move a running job.")
 SmokeOpt = Annotated[float, typer.Option("--smoke-test", min=0, help="Seconds each attempt of a multi-GPU job first "
                                        "runs on one GPU before its gang is placed; an attempt that ends within "
                                        "them (most failures come early) costs one GPU, not the gang (0: off).")]
