@@ -9,7 +9,10 @@ from pathlib import Path
 
 from sqlalchemy import select
 
+from loadmaster.core.job import Allocation
+from loadmaster.platform.control.loop import _move_reason
 from loadmaster.platform.store.models import Attempt
+from loadmaster.scheduling.plan import Migrate
 from tests.platform.api_fixtures import Live, manifest, start_platform
 from tests.platform.control_fixtures import learner
 from tests.platform.invariants import check_store
@@ -96,3 +99,11 @@ def test_without_migrate_the_wide_gang_waits_on_fragmentation(sqlite_url: str, t
             assert all(c.get(f"/api/v1/jobs/{j}").json()["preemptions"] == 0 for j in ids)
     finally:
         live.platform.shutdown()
+
+
+def test_a_move_says_whom_it_is_for() -> None:
+    # A defragmenting move names the job it makes room for; a re-auction's move (no for_job) says why it moved
+    # instead of "moved for " with nothing after it.
+    where = Allocation("a", (0,), 1, 1.0, 1.0)
+    assert _move_reason(Migrate("a", where, for_job="wide")) == "moved for wide"
+    assert _move_reason(Migrate("a", where)) == "moved to GPUs it runs faster on (re-auction)"

@@ -52,7 +52,8 @@ class Resize:
 class Migrate:
     """Checkpoint a running job, stop it and restart it at `allocation` (other servers) at once, so that
     `for_job` fits: defragmentation. It costs the job the restart overhead and the work since its last
-    checkpoint; it keeps its place (it is never queued in between)."""
+    checkpoint; it keeps its place (it is never queued in between). A re-auction's move (themis) is for the
+    moved job itself: `for_job` is empty."""
 
     job_id: str
     allocation: Allocation

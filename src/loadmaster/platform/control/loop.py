@@ -63,7 +63,7 @@ from loadmaster.scheduling.decide import decide
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.placement.per_job import PerJobPlacer
-from loadmaster.scheduling.plan import Plan, Wait, WaitReason
+from loadmaster.scheduling.plan import Migrate, Plan, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.snapshot import Snapshot, TenantQuota
 from loadmaster.sim.forecast import DEFAULT_HORIZON_S
@@ -530,7 +530,7 @@ class ControlLoop:
             events.append(ev.Stop(p.job_id, StopIntent(StopKind.PREEMPT, why)))
         # A move is carried out as a halt and a requeue (the learner checkpoints on should_preempt()); the job
         # then waits for its next placement like any other, without a hint to go where decide() meant.
-        events += [ev.Stop(m.job_id, StopIntent(StopKind.PREEMPT, f"moved for {m.for_job}")) for m in plan.migrations]
+        events += [ev.Stop(m.job_id, StopIntent(StopKind.PREEMPT, _move_reason(m))) for m in plan.migrations]
         events += [*plan.resizes, *plan.rejects]
         now = ctx.clock()
         events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]
@@ -632,3 +632,7 @@ class ControlLoop:
             gpus_free={n.name: n.gpus - per_node.get(n.name, 0) for n in ctx.cluster.nodes},
             tenant_gpus=tenant_gpus, last_round_age_s=age)
 
+
+def _move_reason(move: Migrate) -> str:
+    # A defragmenting move makes room for a named job; a re-auction move (themis) is for the moved job itself.
+    return f"moved for {move.for_job}" if move.for_job else "moved to GPUs it runs faster on (re-auction)"
