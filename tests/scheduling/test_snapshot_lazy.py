@@ -6,6 +6,7 @@ from __future__ import annotations
 from types import MappingProxyType
 
 import numpy as np
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -42,6 +43,13 @@ def test_a_running_provider_is_called_once_and_only_when_read() -> None:
     assert snap.running is running
     assert snap.running is running
     assert calls == [1]
+
+
+def test_a_running_provider_without_tenant_gpus_is_refused() -> None:
+    cluster = _cluster()
+    with pytest.raises(ValueError, match="tenant_gpus"):
+        Snapshot.build(0.0, cluster, cluster.gpu_capacity, cluster.cpu_capacity, cluster.mem_capacity, (),
+                       _running)
 
 
 def test_read_only_arrays_and_quotas_are_handed_on_as_they_are() -> None:

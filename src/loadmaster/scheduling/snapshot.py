@@ -204,7 +204,9 @@ class Snapshot:
         `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
         """
         if tenant_gpus is None:
-            assert not callable(running), "a running-jobs provider needs tenant_gpus"
+            if callable(running):
+                raise ValueError("Snapshot.build: a running-jobs provider needs tenant_gpus (counting them would "
+                                 "call the provider and lose its laziness)")
             usage: dict[str, int] = {}
             for job in running:
                 if job.allocation is not None:
