@@ -35,3 +35,83 @@ def test_srtf_plans_are_those_of_walking_every_displacement(seed: int, placement
 def test_drf_plans_are_those_of_visiting_every_class(seed: int, placement: str) -> None:
     # decide() ranks by DrfPolicy.rank() (_ProgressiveOrder), which leaves out no class.
     _check(seed, "drf", placement, steps=30)
+
+
+def _running_world(seed: int) -> tuple[Snapshot, list]:  # type: ignore[type-arg]
+    """Random running jobs packed on a small cluster (some spanning servers, some started at the same
+    time, some with equal gains), at a random clock."""
+    import random
+
+    from loadmaster.core.job import Allocation
+    from loadmaster.scheduling.snapshot import JobView
+    from tests.helpers import cluster, job
+
+    rng = random.Random(seed)
+    c = cluster(*([4] * rng.randint(1, 6)))
+    free = c.gpu_capacity.astype(float)
+    views = []
+    for i in range(rng.randint(0, 14)):
+        per = rng.choice((1, 1, 2, 4))
+        learners = rng.choice((1, 1, 2))
+        nodes = [n for n in range(len(free)) if free[n] >= per]
+        if len(nodes) < learners:
+            continue
+        picked = tuple(rng.sample(nodes, learners))
+        for n in picked:
+            free[n] -= per
+        spec = job(f"r{i}", learners=learners, gpus=per, duration=rng.choice((500.0, 2000.0, 9000.0)))
+        started = rng.choice((0.0, 50.0, 300.0))
+        alloc = Allocation(spec.job_id, picked, per, spec.cpus_per_learner, spec.mem_gb_per_learner)
+        views.append(JobView(spec, 0.0, allocation=alloc, work_done_s=rng.choice((0.0, 100.0, 899.0)),
+                             rate=rng.choice((0.5, 1.0)), as_of=started, started_at=started))
+    clock = rng.choice((300.0, 1000.0, 1900.0))
+    snap = Snapshot.build(clock, c, free, c.cpu_capacity, c.mem_capacity, (), tuple(views))
+    return snap, views
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from((0.0, 10.0, 400.0, 5000.0)))
+def test_srtf_candidates_are_the_may_preempt_victims_in_victim_key_order(seed: int, remaining: float) -> None:
+    # victim_candidates() answers from per-snapshot arrays (the running jobs' arrays kept while the tuple
+    # is the same, the victim order sorted only when a displacement may fit): it must be the victims
+    # may_preempt() allows, sorted by victim_key(), as Policy.victim_candidates would give them.
+    from tests.helpers import job, queued
+
+    snap, views = _running_world(seed)
+    policy = SrtfPolicy()
+    waiting = queued(job("w", duration=remaining))
+    expected = [v.job_id for v in sorted(views, key=lambda v: policy.victim_key(snap, v))
+                if policy.may_preempt(snap, Gate(snap), waiting, v)]
+    for _ in range(2):  # asked twice: the second answer comes from the memo
+        got = [v.job_id for v in policy.victim_candidates(snap, Gate(snap), waiting, lambda: ())]
+        assert got == expected
+    assert policy.preemptor(snap, Gate(snap), waiting) == bool(expected)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from((0.0, 400.0, 5000.0)), st.sampled_from(((1, 4), (2, 4), (1, 2),
+                                                                                       (3, 1), (2, 2))))
+def test_srtf_bound_counts_the_learners_every_server_could_hold(seed: int, remaining: float,
+                                                                shape: tuple[int, int]) -> None:
+    # _may_fit() counts again only the servers of the released jobs and the candidates: its answer must
+    # be that of counting every server with all of them released.
+    from loadmaster.scheduling.policies.srtf import _DisplacementGate
+    from tests.helpers import job, queued
+
+    snap, views = _running_world(seed)
+    learners, per = shape
+    policy = SrtfPolicy()
+    waiting = queued(job("w", learners=learners, gpus=per, duration=remaining))
+    gate = _DisplacementGate(snap)
+    if views and seed % 2:  # a victim released earlier in the call, not given back
+        gate.remove(views[seed % len(views)])
+    released = list(gate.released.values())
+    candidates = [v for v in views if policy.may_preempt(snap, gate, waiting, v)]
+    free = snap.free_gpus.tolist()
+    for v in released + candidates:
+        assert v.allocation is not None
+        for n in v.allocation.learner_nodes:
+            free[n] += v.allocation.gpus_per_learner
+    fits = sum(free) + 1e-9 >= learners * per and sum(int((g + 1e-9) // per) for g in free) >= learners
+    got = list(policy.victim_candidates(snap, gate, waiting, lambda: ()))
+    assert (got != []) == (fits and candidates != [])

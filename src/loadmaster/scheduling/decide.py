@@ -241,13 +241,15 @@ class _Round:
     def place_by_preempting(self, job: JobView, reason: WaitReason) -> Allocation | WaitReason:
         """Release victims until the gang fits. Placement is tried only once enough GPUs are free, then
         again each time the released set doubles, so a big cluster costs O(log victims) attempts."""
+        # Asked first, before the memo's key is made: most jobs of a long queue may displace nobody (both
+        # checks only ever return `reason`, and neither changes anything the other reads).
+        if not self.policy.preemptor(self.snap, self.gate, job):
+            return reason
         learners = job.spec.min_learners or job.spec.learners if job.spec.elastic else job.spec.learners
         shape = self.placer.cache_key(job, learners, self.snap)
         key = None if shape is None else (*shape, self.policy.preemption_scope(job))
         if key is not None and self.no_preempt.get(key) == self.free.version:
             return reason
-        if not self.policy.preemptor(self.snap, self.gate, job):
-            return reason  # before the search's set-up: most jobs of a queue may displace nobody
         per_learner = job.spec.gpus_per_learner
         need = learners * per_learner
         prefer = self.policy.type_preference(self.snap, job)

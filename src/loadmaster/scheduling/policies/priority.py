@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
 from itertools import takewhile
+from operator import attrgetter
 
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
@@ -24,6 +25,8 @@ from loadmaster.scheduling.policies.srtf import (
     preemption_loss_gpu_s,
 )
 from loadmaster.scheduling.snapshot import JobView, Snapshot
+
+_PRIORITY = attrgetter("spec.priority")
 
 
 class PriorityPolicy(KeyedPolicy):
@@ -60,7 +63,7 @@ class PriorityPolicy(KeyedPolicy):
         # victim: with one class (every trace without priorities) nobody can ever be displaced.
         lowest = self._lowest
         if lowest is None or lowest[0] is not snap:
-            lowest = self._lowest = (snap, min((v.spec.priority for v in snap.running), default=None))
+            lowest = self._lowest = (snap, min(map(_PRIORITY, snap.running), default=None))
         return lowest[1] is not None and lowest[1] < job.spec.priority
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,

@@ -92,6 +92,56 @@ class _DisplacementGate(Gate):
         self.released[job.job_id] = job
 
 
+class _Running:
+    """The running jobs' progress as arrays: fixed while the tuple is (a shell passes the same tuple while
+    nobody starts or ends, e.g. between arrivals), so they are read once for every snapshot until then."""
+
+    __slots__ = ("as_of", "done", "duration", "jobs", "rate")
+
+    def __init__(self, jobs: Sequence[JobView]) -> None:
+        n = len(jobs)
+        self.jobs = jobs
+        self.done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
+        self.rate = np.fromiter(map(_RATE, jobs), np.float64, n)
+        self.as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
+        self.duration = np.fromiter(map(_DURATION, jobs), np.float64, n)
+
+
+class _Gains:
+    """Every running job's displaceable() at one snapshot and its maximum; on first use, the victim order
+    and the snapshot's free GPUs per server."""
+
+    __slots__ = ("_free", "_order", "gains", "jobs", "most", "snap")
+
+    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], gains: npt.NDArray[np.float64]) -> None:
+        self.snap = snap
+        self.jobs = jobs
+        self.gains = gains
+        self.most = float(gains.max()) if gains.size else -math.inf
+        self._order: list[int] | None = None
+        self._free: tuple[list[float], float, dict[float, int]] | None = None
+
+    def order(self) -> list[int]:
+        """The running jobs' positions by displaceable(), highest first; ties: the most recently started
+        first, then snapshot order (a stable sort of the negated keys: what sorted(..., reverse=True) on
+        victim_key gives). Only a displacement that may fit walks the victims, so it is sorted then."""
+        order = self._order
+        if order is None:
+            started = list(map(_STARTED, self.jobs))
+            if None in started:
+                started = [0.0 if t is None else t for t in started]
+            order = self._order = np.lexsort((-np.array(started, dtype=np.float64), -self.gains)).tolist()
+        return order
+
+    def free(self) -> tuple[list[float], float, dict[float, int]]:
+        """The snapshot's free GPUs per server, in all, and per learner size the learners they hold."""
+        free = self._free
+        if free is None:
+            gpus = self.snap.free_gpus
+            free = self._free = (gpus.tolist(), float(gpus.sum()), {})
+        return free
+
+
 class SrtfPolicy(KeyedPolicy):
     name = "srtf"
 
@@ -99,11 +149,10 @@ class SrtfPolicy(KeyedPolicy):
                  restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.restart_overhead_s = restart_overhead_s
-        # Running jobs by displaceable() at one snapshot, highest first (see _by_gain()).
-        self._ranked: tuple[Snapshot, npt.NDArray[np.float64], list[int], Sequence[JobView]] | None = None
-        self._held_memo: tuple[Snapshot, npt.NDArray[np.float64]] | None = None
-        self._free_memo: tuple[Snapshot, list[float], float] | None = None  # free GPUs per node, in all
-
+        # The running jobs' arrays (kept while the shell passes the same tuple) and their gains at the last
+        # snapshot asked about.
+        self._running: _Running | None = None
+        self._gains_memo: _Gains | None = None
     def gate(self, snap: Snapshot) -> Gate:
         return _DisplacementGate(snap)
 
@@ -137,34 +186,24 @@ class SrtfPolicy(KeyedPolicy):
         # The victim with most to gain from being displaced first; ties: the most recently started.
         return (-self.displaceable(snap, victim), -(victim.started_at or 0.0))
 
-    def _by_gain(self, snap: Snapshot) -> tuple[npt.NDArray[np.float64], list[int], Sequence[JobView]]:
-        """Every running job's displaceable(), negated and sorted (highest gain first; ties: the most
-        recently started first, then snapshot order), the running jobs' positions in that order, and the
-        running jobs. Computed once per snapshot: decide() may try to preempt for many queued jobs in one
-        round, and this walks every running job."""
-        ranked = self._ranked
-        if ranked is None or ranked[0] is not snap:
+    def _by_snapshot(self, snap: Snapshot) -> _Gains:
+        """The running jobs' gains at `snap` (once per snapshot: decide() may try to preempt for many queued
+        jobs in one round, and this reads every running job)."""
+        memo = self._gains_memo
+        if memo is None or memo.snap is not snap:
             jobs = snap.running
-            gains = self._gains(snap.clock, jobs)
-            started = list(map(_STARTED, jobs))
-            if None in started:
-                started = [0.0 if t is None else t for t in started]
-            # A stable sort of the negated keys: what sorted(..., reverse=True) on the keys gives.
-            order = np.lexsort((-np.array(started, dtype=np.float64), -gains))
-            ranked = self._ranked = (snap, -gains[order], order.tolist(), jobs)
-        return ranked[1], ranked[2], ranked[3]
+            running = self._running
+            if running is None or running.jobs is not jobs:
+                running = self._running = _Running(jobs)
+            memo = self._gains_memo = _Gains(snap, jobs, self._gains(snap.clock, running))
+        return memo
 
-    def _gains(self, clock: float, jobs: Sequence[JobView]) -> npt.NDArray[np.float64]:
+    def _gains(self, clock: float, r: _Running) -> npt.NDArray[np.float64]:
         """displaceable() of every job at once, with the same float operations in the same order."""
-        n = len(jobs)
-        done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
-        rate = np.fromiter(map(_RATE, jobs), np.float64, n)
-        as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
-        duration = np.fromiter(map(_DURATION, jobs), np.float64, n)
-        work = done + rate * np.maximum(0.0, clock - as_of)
+        work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
         ckpt = self.checkpoint_interval_s
         lost = np.remainder(work, ckpt) if ckpt > 0 else work
-        gains: npt.NDArray[np.float64] = np.maximum(0.0, duration - work) - lost - self.restart_overhead_s
+        gains: npt.NDArray[np.float64] = np.maximum(0.0, r.duration - work) - lost - self.restart_overhead_s
         return gains
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
@@ -174,63 +213,53 @@ class SrtfPolicy(KeyedPolicy):
         return ()
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        neg_gains, _, _ = self._by_gain(snap)
-        return neg_gains.size > 0 and -float(neg_gains[0]) > job.remaining_at(snap.clock)
+        return self._by_snapshot(snap).most > job.remaining_at(snap.clock)
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
-        # In victim_key order, from this policy's own per-snapshot ranking (decide()'s victims() would
-        # recompute every key): the prefix whose gain exceeds the job's remaining work. None at all when
+        # In victim_key order, from this policy's own per-snapshot gains (decide()'s victims() would
+        # recompute every key): those whose gain exceeds the job's remaining work. None at all when
         # releasing every one of them cannot make room for the gang (decide() then gives up at once).
-        neg_gains, order, jobs = self._by_gain(snap)
-        k = int(np.searchsorted(neg_gains, -job.remaining_at(snap.clock), side="left"))
-        if isinstance(gate, _DisplacementGate) and not self._may_fit(snap, gate, job, k):
+        memo = self._by_snapshot(snap)
+        picked = np.flatnonzero(memo.gains > job.remaining_at(snap.clock)).tolist()
+        if isinstance(gate, _DisplacementGate) and not self._may_fit(snap, gate, job, memo, picked):
             return ()
-        return (jobs[i] for i in order[:k])
+        jobs = memo.jobs
+        # Sorted by falling gain, the jobs whose gain exceeds the job's remaining work come first.
+        return (jobs[i] for i in memo.order()[:len(picked)])
 
-    def _may_fit(self, snap: Snapshot, gate: _DisplacementGate, job: JobView, k: int) -> bool:
-        """Could `job`'s gang fit once the first k victims in _by_gain order are released? False only when it
-        cannot: the GPUs free now, per server, are at most the snapshot's plus those of the victims released
-        in this call and not given back (the jobs started since only took some), so with the k victims'
-        added a server holds at most floor(x / GPUs per learner) learners. Most displacements of a long
-        queue end here, without releasing anyone or asking the placer."""
+    def _may_fit(self, snap: Snapshot, gate: _DisplacementGate, job: JobView, memo: _Gains,
+                 picked: list[int]) -> bool:
+        """Could `job`'s gang fit once the running jobs at positions `picked` are released? False only when
+        it cannot: the GPUs free now, per server, are at most the snapshot's plus those of the victims
+        released in this call and not given back (the jobs started since only took some), so with the
+        candidates' added a server holds at most floor(x / GPUs per learner) learners. Most displacements
+        of a long queue end here, without releasing anyone or asking the placer. The candidates are few
+        (those that gain more than the job's remaining work), so only their servers are counted again;
+        GPU counts are whole numbers, so every sum is exact in any order."""
         spec = job.spec
         learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
         per = spec.gpus_per_learner
-        released = gate.released.values()
-        free_now, total = self._free(snap)
-        total += sum(v.allocation.gpus for v in released if v.allocation is not None) - gate.started_gpus
-        if total + float(self._held(snap)[k]) + 1e-9 < learners * per:
+        need = learners * per
+        jobs = memo.jobs
+        released = [v.allocation for v in gate.released.values()]
+        candidates = [jobs[i].allocation for i in picked]
+        free_now, total, rooms = memo.free()
+        total += sum(a.gpus for a in released if a is not None) - gate.started_gpus
+        if total + sum(a.gpus for a in candidates if a is not None) + 1e-9 < need:
             return False
         if per <= 0:
             return True
-        free = free_now.copy()
-        _, order, jobs = self._by_gain(snap)
-        for view in itertools.chain(released, (jobs[i] for i in order[:k])):
-            a = view.allocation
+        room = rooms.get(per)
+        if room is None:
+            room = rooms[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
+        added: dict[int, float] = {}
+        for a in itertools.chain(released, candidates):
             assert a is not None
             g = a.gpus_per_learner
             for node in a.learner_nodes:
-                free[node] += g
-        room = 0
-        for gpus in free:
-            room += int((gpus + 1e-9) // per)
+                added[node] = added.get(node, 0.0) + g
+        for node, more in added.items():
+            before = free_now[node]
+            room += int((before + more + 1e-9) // per) - int((before + 1e-9) // per)
         return room >= learners
-
-    def _free(self, snap: Snapshot) -> tuple[list[float], float]:
-        """The snapshot's free GPUs per server, and in all (once per snapshot)."""
-        memo = self._free_memo
-        if memo is None or memo[0] is not snap:
-            free = snap.free_gpus.tolist()
-            memo = self._free_memo = (snap, free, float(snap.free_gpus.sum()))
-        return memo[1], memo[2]
-
-    def _held(self, snap: Snapshot) -> npt.NDArray[np.float64]:
-        """GPUs held by each prefix of the running jobs in _by_gain order (once per snapshot)."""
-        held = self._held_memo
-        if held is None or held[0] is not snap:
-            _, order, jobs = self._by_gain(snap)
-            gpus = np.fromiter((jobs[i].allocation.gpus for i in order  # type: ignore[union-attr]
-                                ), np.float64, len(order))
-            held = self._held_memo = (snap, np.concatenate(([0.0], np.cumsum(gpus))))
-        return held[1]
