@@ -103,7 +103,7 @@ def test_themis_ranks_a_long_queue_as_it_ranks_a_short_one(seed: int, monkeypatc
 def test_srtf_gains_are_displaceable_of_each_job(seed: int) -> None:
     snap = _busy_world(seed)
     pol = SrtfPolicy()
-    gains = pol._gains(snap.clock, snap.running)
+    gains = pol._by_snapshot(snap).gains  # the arrays kept per running tuple, gains per snapshot
     assert gains.tolist() == [pol.displaceable(snap, v) for v in snap.running]
     # Candidates come highest gain first, the most recently started first among equals.
     q = snap.queued[0]
@@ -170,3 +170,29 @@ def test_themis_breaks_ties_by_job_id_on_the_long_path_too(monkeypatch: pytest.M
     vec = [j.job_id for j in ThemisPolicy().rank(snap)]
     monkeypatch.setattr(themis_module, "_VECTOR_MIN", 10**9)
     assert vec == [j.job_id for j in ThemisPolicy().rank(snap)]
+
+
+def test_free_capacity_copies_the_snapshot_arrays_on_first_change_only() -> None:
+    # FreeCapacity reads the snapshot's arrays until it changes something, and never writes them.
+    c = Cluster((Node("a", 4, 8.0, 32.0), Node("b", 4, 8.0, 32.0)))
+    snap = Snapshot.idle(0, c)
+    before = (snap.free_gpus.copy(), snap.free_cpus.copy(), snap.free_mem.copy())
+    for change in ("take", "give", "restore"):
+        free = FreeCapacity(snap)
+        assert free.gpus is snap.free_gpus  # nothing copied yet
+        alloc = Allocation("x", (0, 1), 2, 1.5, 3.0)
+        if change == "take":
+            free.take(alloc)
+            assert free.gpus.tolist() == [2.0, 2.0] and free.total_gpus == 4.0
+        elif change == "give":
+            free.give(alloc)
+            assert free.gpus.tolist() == [6.0, 6.0] and free.version == 1
+        else:
+            saved = free.save()
+            free.restore(saved)
+            free.take(alloc)
+            free.restore(saved)
+            assert free.gpus.tolist() == [4.0, 4.0]
+        assert free.gpus is not snap.free_gpus
+        after = (snap.free_gpus, snap.free_cpus, snap.free_mem)
+        assert all(np.array_equal(x, y) for x, y in zip(before, after, strict=True))

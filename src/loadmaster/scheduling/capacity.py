@@ -16,16 +16,26 @@ SavedCapacity = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDAr
 class FreeCapacity:
     """Mutable copies of the snapshot's free arrays. take() and give() move whole allocations only."""
 
-    __slots__ = ("_max_gpus", "cpus", "gpus", "mem", "total_gpus", "version")
+    __slots__ = ("_max_gpus", "_owned", "cpus", "gpus", "mem", "total_gpus", "version")
 
     def __init__(self, snap: Snapshot) -> None:
-        self.gpus: npt.NDArray[np.float64] = snap.free_gpus.copy()
-        self.cpus: npt.NDArray[np.float64] = snap.free_cpus.copy()
-        self.mem: npt.NDArray[np.float64] = snap.free_mem.copy()
+        # The snapshot's arrays until the first change (copy on write): under overload many decisions
+        # only find that nothing fits, and change nothing.
+        self.gpus: npt.NDArray[np.float64] = snap.free_gpus
+        self.cpus: npt.NDArray[np.float64] = snap.free_cpus
+        self.mem: npt.NDArray[np.float64] = snap.free_mem
+        self._owned = False
         self.total_gpus = float(self.gpus.sum())
         # Bumped whenever capacity grows, so cached "does not fit" answers can be dropped.
         self.version = 0
         self._max_gpus: float | None = None
+
+    def _own(self) -> None:
+        """Copy the snapshot's arrays before the first change (they are the snapshot's, never written)."""
+        self.gpus = self.gpus.copy()
+        self.cpus = self.cpus.copy()
+        self.mem = self.mem.copy()
+        self._owned = True
 
     @property
     def max_node_gpus(self) -> float:
@@ -35,6 +45,8 @@ class FreeCapacity:
         return self._max_gpus
 
     def _apply(self, alloc: Allocation, sign: float) -> None:
+        if not self._owned:
+            self._own()
         self._max_gpus = None
         for node, count in alloc.per_node().items():
             self.gpus[node] += sign * count * alloc.gpus_per_learner
@@ -53,6 +65,9 @@ class FreeCapacity:
             if (gpus[node] - count * g < -1e-9 or cpus[node] - count * c < -1e-6
                     or mem[node] - count * m < -1e-6):
                 raise ValueError(f"allocation for {alloc.job_id} exceeds free capacity")
+        if not self._owned:
+            self._own()
+            gpus, cpus, mem = self.gpus, self.cpus, self.mem
         self._max_gpus = None
         for node, count in per_node.items():
             gpus[node] -= count * g
@@ -74,6 +89,8 @@ class FreeCapacity:
     def restore(self, saved: SavedCapacity) -> None:
         """Back to a state save() returned. The version is kept: capacity is what it was then, not more."""
         gpus, cpus, mem, self.total_gpus, self._max_gpus = saved
+        if not self._owned:
+            self._own()
         self.gpus[:] = gpus
         self.cpus[:] = cpus
         self.mem[:] = mem
