@@ -212,3 +212,21 @@ def test_simulated_tenants_share_and_every_job_ends() -> None:
     run = simulate(workload(*specs), c, RunOptions(policy="drf"))
     assert all(r.status is JobStatus.COMPLETED for r in run.result.records)
     assert run.result.preemptions <= len(specs) // 2
+
+
+def test_next_change_follows_only_the_windows_of_tenants_above_their_entitlement() -> None:
+    # Three tenants on 12 GPUs, each entitled to 4: "a" holds 8 (above), "c" holds 4 (at its entitlement,
+    # so never a victim), "b" waits with a 4-GPU gang it may start by displacing. c's job checkpoints at
+    # 200, a's at 900: only a's windows can let b start, so no round before 900 needs to be made.
+    from loadmaster.scheduling.policies.windows import before
+
+    c = Cluster(tuple(node(i) for i in range(3)))
+    a1 = running(job("a1", gpus=4, duration=10_000, tenant="a"), (0,))
+    a2 = running(job("a2", gpus=4, duration=10_000, tenant="a"), (1,))
+    c1 = running(job("c1", gpus=4, duration=10_000, tenant="c"), (2,), started=-700.0)
+    waiting = queued(job("b1", gpus=4, duration=100, tenant="b", submit=50))
+    snap = snapshot(c, (a1, a2, c1), (waiting,))
+    policy = DrfPolicy()
+    plan = decide(snap, policy, make_placer("pack"))
+    assert not plan.starts and not plan.preempts  # nobody is in a window yet
+    assert policy.next_change_s(snap, (waiting,)) == before(900.0)

@@ -27,7 +27,6 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
-from itertools import takewhile
 from typing import overload
 
 from loadmaster.core.cluster import Cluster
@@ -90,6 +89,8 @@ class DrfGate(Gate):
         self.released = False
         self.started_gpus = 0
         self.moves = 0  # usage changes booked (starts, releases)
+        # Tenant -> its displaceable running jobs in victim order (DrfPolicy._displaceable_of).
+        self.displaceable_victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -454,6 +455,10 @@ def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
     return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
+def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
+    return pair[0]
+
+
 def _submit(key: Key) -> float:
     """A DRF order key's submit time (order_key: submit time, job id)."""
     return key[0]  # type: ignore[return-value]  # (a cast() here costs a call per bisection step)
@@ -522,7 +527,11 @@ class DrfPolicy(Policy):
         self._current = None  # a gate for this question only, not for the next rank()
         if not any(gate.within_entitlement(h) for h in heads):
             return math.inf
-        return next_window_s(snap.running, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
+        # Only jobs of tenants above their entitlement may be displaced (may_preempt), and which tenants
+        # those are changes only with events: a window of any other job lets nobody start.
+        by_tenant = snap.running_by_tenant
+        victims = [v for t in gate.running_tenants if gate.above_entitlement(t) for v in by_tenant.get(t, ())]
+        return next_window_s(victims, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
@@ -547,13 +556,23 @@ class DrfPolicy(Policy):
         # with each release.
         assert isinstance(gate, DrfGate)
 
-        def key(v: JobView) -> tuple[float, ...]:
-            return self.victim_key(snap, v)
-
         mine = job.spec.tenant
-        lists = [gate.victims_of(t, key) for t in gate.running_tenants if t != mine and gate.above_entitlement(t)]
-        merged = takewhile(lambda kv: kv[0][0] == 0.0, heapq.merge(*lists, key=lambda kv: kv[0]))
+        lists = [self._displaceable_of(snap, gate, t) for t in gate.running_tenants
+                 if t != mine and gate.above_entitlement(t)]
+        merged = heapq.merge(*lists, key=_first)
         return (v for _, v in merged if self.may_preempt(snap, gate, job, v))
+
+    def _displaceable_of(self, snap: Snapshot, gate: DrfGate, tenant: str) -> list[tuple[tuple[float, ...], JobView]]:
+        """The tenant's displaceable running jobs in victim order, with their keys (once per decision): the
+        prefix of Gate.victims_of() that victim_candidates walks (the held ones sort after every
+        displaceable one, and a stable sort of the displaceable ones alone keeps their order), without a
+        victim key for each held job, most of them (a window is a minute after a checkpoint)."""
+        cache = gate.displaceable_victims
+        out = cache.get(tenant)
+        if out is None:
+            out = cache[tenant] = sorted(((self.victim_key(snap, v), v) for v in snap.running_by_tenant.get(tenant, ())
+                                          if self.displaceable(snap, v)), key=_first)
+        return out
 
     def preemption_scope(self, job: JobView) -> object:
         return job.spec.tenant
