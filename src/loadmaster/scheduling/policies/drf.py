@@ -138,7 +138,11 @@ class DrfGate(Gate):
         level = self._levels.get(tenant)
         if level is None:
             w = self.weight.get(tenant, 0.0)
-            d = self._dominant_now(tenant)
+            d = self._dom.get(tenant)  # _dominant_now() inline: asked for every queued tenant at each decision
+            if d is None:
+                u = self._usage(tenant)
+                ig, ic, im = self.inv_total
+                d = self._dom[tenant] = max(u[0] * ig, u[1] * ic, u[2] * im)
             level = self._levels[tenant] = (0, d / w) if w > 0 else (1, d)
         return level
 
@@ -287,9 +291,14 @@ class _SkippingProgressiveOrder:
         self.share = gate.share
         self.groups = groups
         self.class_of = class_of
-        self.heap: list[_Entry] = [
-            (*gate.share(str(t)), _submit(g.keys[0]), str(t), 0) for t, g in groups.items()]
-        heapq.heapify(self.heap)
+        share = gate.share
+        heap: list[_Entry] = []
+        for t, g in groups.items():
+            name = str(t)
+            tier, level = share(name)
+            heap.append((tier, level, _submit(g.keys[0]), name, 0))
+        heapq.heapify(heap)
+        self.heap = heap
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
         # Classes answered without a visit (_prune), with the answer, skipped like answered ones while no
