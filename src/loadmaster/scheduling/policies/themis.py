@@ -53,6 +53,7 @@ See docs/policies.md (## themis) for measurements.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from itertools import takewhile
@@ -167,8 +168,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock",
-                 "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_held", "_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
+                 "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -185,6 +186,8 @@ class _Round:
         self._speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = {}  # by spec.type_speed
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
+        # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
+        self._held: tuple[list[float], list[int]] | None = None
         self._victim_rho: dict[str, float] = {}
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
@@ -350,7 +353,25 @@ class _Round:
             entries.sort(key=_VICTIM_ORDER)
             self._victims = entries
             self._victims_min_gpus = min_gpus
+            self._held = None
         return self._victims
+
+    def releasable(self, rho: float) -> int:
+        """The GPUs held by every job a job of this `rho` may displace (victim_candidates' takewhile), from
+        prefix sums kept with the victim list: a displacement that cannot free enough skips the walk."""
+        entries = self.victims(rho)
+        held = self._held
+        if held is None:
+            keys = [e[0] for e in entries]
+            sums = [0]
+            total = 0
+            for e in entries:
+                alloc = e[3].allocation
+                assert alloc is not None
+                total += len(alloc.learner_nodes) * alloc.gpus_per_learner
+                sums.append(total)
+            held = self._held = (keys, sums)
+        return held[1][bisect_left(held[0], rho)]
 
     # -- bids ------------------------------------------------------------------------------------------
     def type_room(self) -> dict[str, tuple[float, float, float]]:
@@ -577,6 +598,13 @@ class ThemisPolicy(Policy):
             return ()
         rho = rnd.rho_of(job)
         return (e[3] for e in takewhile(lambda e: e[0] < rho, rnd.victims(rho)))
+
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        # An upper bound: an elastic victim keeps its minimum, and decide() skips jobs acted on in the round.
+        rnd = self._round(snap)
+        if job.job_id not in rnd.offered:
+            return 0.0
+        return float(rnd.releasable(rnd.rho_of(job)))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
