@@ -55,7 +55,7 @@ from __future__ import annotations
 import math
 from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import takewhile
 from operator import attrgetter, itemgetter
 
@@ -96,6 +96,9 @@ class _ClusterFacts:
     starts: npt.NDArray[np.intp]  # where each type's group begins in `order`
     largest: tuple[float, ...]  # the largest server of each type
     default_speed: Mapping[str, float]  # per type, for jobs without speeds of their own, best type = 1
+    # _Round.type_speeds() by spec.type_speed: they depend on the cluster alone, so they outlive a snapshot.
+    speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = field(default_factory=dict,
+                                                                                  compare=False)
 
     @classmethod
     def of(cls, cluster: Cluster, type_speed: Mapping[str, float]) -> _ClusterFacts:
@@ -168,7 +171,7 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_held", "_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
+    __slots__ = ("_held", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
                  "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
@@ -183,7 +186,6 @@ class _Round:
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
         self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
-        self._speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = {}  # by spec.type_speed
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
         # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
@@ -446,7 +448,7 @@ class _Round:
     def type_speeds(self, spec: JobSpec) -> dict[str, float]:
         """The job's speed on each GPU type of the cluster relative to its best type here, as the simulator's
         performance model counts them (the cluster's defaults for a job without speeds of its own)."""
-        known = self._speeds.get(spec.type_speed)
+        known = self.facts.speeds.get(spec.type_speed)
         if known is not None:
             return known
         listed = dict(spec.type_speed or ())
@@ -457,7 +459,7 @@ class _Round:
         for t in types:
             raw = listed.get(t)
             out[t] = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
-        self._speeds[spec.type_speed] = out
+        self.facts.speeds[spec.type_speed] = out
         return out
 
     # -- the re-auction (migration on) -------------------------------------------------------------------
