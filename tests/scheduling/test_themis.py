@@ -281,6 +281,20 @@ def test_victim_search_finds_exactly_the_jobs_may_preempt_allows(snap: Snapshot,
             assert not found
 
 
+@settings(max_examples=200, deadline=None)
+@given(contested(), st.sampled_from([0.0, 0.5, 0.8]))
+def test_releasable_gpus_are_those_of_the_victim_candidates(snap: Snapshot, f: float) -> None:
+    # decide() gives up a displacement that cannot free enough GPUs without walking the victims: the bound
+    # must be the GPUs of exactly the jobs victim_candidates() would release (0 for a job not offered).
+    p = ThemisPolicy(fairness_knob=f)
+    gate = p.gate(snap)
+    for j in p.rank(snap):
+        bound = p.releasable_gpus(snap, gate, j)
+        held = sum(v.allocation.gpus for v in p.victim_candidates(snap, gate, j, lambda: snap.running)
+                   if v.allocation is not None)
+        assert bound == held
+
+
 @st.composite
 def queues(draw: st.DrawFn) -> Snapshot:
     """A queue short (ranked in Python) or long (ranked with numpy), on one GPU type or three, of jobs with or

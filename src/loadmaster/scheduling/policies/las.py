@@ -106,6 +106,7 @@ class _RunArrays:
     rate: npt.NDArray[np.float64]
     as_of: npt.NDArray[np.float64]
     attained: npt.NDArray[np.float64]
+    checkpoints: npt.NDArray[np.float64]  # checkpoints saved before the current run's progress (floor(done / ckpt))
     facts: npt.NDArray[np.float64] | None = None
 
 
@@ -370,10 +371,12 @@ class LasPolicy(KeyedPolicy):
         if memo is not None and memo[0] is running:
             return memo[1]
         n = len(running)
-        arrays = _RunArrays(np.fromiter(map(_WORK_DONE, running), np.float64, n),
-                            np.fromiter(map(_RATE, running), np.float64, n),
+        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
+        ckpt = self.checkpoint_interval_s
+        arrays = _RunArrays(done, np.fromiter(map(_RATE, running), np.float64, n),
                             np.fromiter(map(_AS_OF, running), np.float64, n),
-                            np.fromiter(map(_ATTAINED, running), np.float64, n))
+                            np.fromiter(map(_ATTAINED, running), np.float64, n),
+                            np.floor(done / ckpt) if ckpt > 0 else done)
         self._arrays = (running, arrays)
         return arrays
 
@@ -488,7 +491,7 @@ class LasPolicy(KeyedPolicy):
         if ckpt <= 0:
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
         else:
-            ok = (np.floor(work / ckpt) > np.floor(done / ckpt)) & (np.remainder(work, ckpt) <= self.max_loss_s)
+            ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.remainder(work, ckpt) <= self.max_loss_s)
         return ok
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:

@@ -53,8 +53,9 @@ See docs/policies.md (## themis) for measurements.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import takewhile
 from operator import attrgetter, itemgetter
 
@@ -95,6 +96,9 @@ class _ClusterFacts:
     starts: npt.NDArray[np.intp]  # where each type's group begins in `order`
     largest: tuple[float, ...]  # the largest server of each type
     default_speed: Mapping[str, float]  # per type, for jobs without speeds of their own, best type = 1
+    # _Round.type_speeds() by spec.type_speed: they depend on the cluster alone, so they outlive a snapshot.
+    speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = field(default_factory=dict,
+                                                                                  compare=False)
 
     @classmethod
     def of(cls, cluster: Cluster, type_speed: Mapping[str, float]) -> _ClusterFacts:
@@ -167,8 +171,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_speeds", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes", "clock",
-                 "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_held", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
+                 "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -182,9 +186,10 @@ class _Round:
         self._types: dict[str, tuple[float, float, float]] | None = None
         self.rho: dict[str, float] = {}
         self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
-        self._speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = {}  # by spec.type_speed
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
+        # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
+        self._held: tuple[list[float], list[int]] | None = None
         self._victim_rho: dict[str, float] = {}
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
@@ -350,7 +355,25 @@ class _Round:
             entries.sort(key=_VICTIM_ORDER)
             self._victims = entries
             self._victims_min_gpus = min_gpus
+            self._held = None
         return self._victims
+
+    def releasable(self, rho: float) -> int:
+        """The GPUs held by every job a job of this `rho` may displace (victim_candidates' takewhile), from
+        prefix sums kept with the victim list: a displacement that cannot free enough skips the walk."""
+        entries = self.victims(rho)
+        held = self._held
+        if held is None:
+            keys = [e[0] for e in entries]
+            sums = [0]
+            total = 0
+            for e in entries:
+                alloc = e[3].allocation
+                assert alloc is not None
+                total += len(alloc.learner_nodes) * alloc.gpus_per_learner
+                sums.append(total)
+            held = self._held = (keys, sums)
+        return held[1][bisect_left(held[0], rho)]
 
     # -- bids ------------------------------------------------------------------------------------------
     def type_room(self) -> dict[str, tuple[float, float, float]]:
@@ -425,7 +448,7 @@ class _Round:
     def type_speeds(self, spec: JobSpec) -> dict[str, float]:
         """The job's speed on each GPU type of the cluster relative to its best type here, as the simulator's
         performance model counts them (the cluster's defaults for a job without speeds of its own)."""
-        known = self._speeds.get(spec.type_speed)
+        known = self.facts.speeds.get(spec.type_speed)
         if known is not None:
             return known
         listed = dict(spec.type_speed or ())
@@ -436,7 +459,7 @@ class _Round:
         for t in types:
             raw = listed.get(t)
             out[t] = defaults[t] if raw is None else raw / best_listed if best_listed > 0 else 1.0
-        self._speeds[spec.type_speed] = out
+        self.facts.speeds[spec.type_speed] = out
         return out
 
     # -- the re-auction (migration on) -------------------------------------------------------------------
@@ -577,6 +600,13 @@ class ThemisPolicy(Policy):
             return ()
         rho = rnd.rho_of(job)
         return (e[3] for e in takewhile(lambda e: e[0] < rho, rnd.victims(rho)))
+
+    def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
+        # An upper bound: an elastic victim keeps its minimum, and decide() skips jobs acted on in the round.
+        rnd = self._round(snap)
+        if job.job_id not in rnd.offered:
+            return 0.0
+        return float(rnd.releasable(rnd.rho_of(job)))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]

@@ -59,7 +59,8 @@ def enough_at(opens: npt.NDArray[np.float64], closes: npt.NDArray[np.float64], g
     if n == 0 or not joins.any():
         return np.empty(0)
     times = np.concatenate((np.where(joins, opens, -math.inf), closes))
-    order = np.lexsort((np.repeat((0, 1), n), times))
+    # A stable sort keeps the openings (the first n) before the closings at one clock.
+    order = np.argsort(times, kind="stable")
     active = np.cumsum(np.concatenate((gpus, -gpus))[order])
     joining = order < n
     joining[joining] = joins[order[joining]]
