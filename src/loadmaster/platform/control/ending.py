@@ -170,7 +170,16 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         attempt.lost_s = max(0.0, now - max(attempt.started_at, saved_at or attempt.started_at))
         job.preemptions += 1
         transition(s, job, JobStatus.HALTED, now, stop.detail)
-        transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
+        target = run.move_to if run is not None else None
+        if target is None:
+            transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
+        else:
+            # A move: it restarts at once where decide() meant it to, the target held for it meanwhile (a
+            # stale target, its GPUs taken or its node down, sends it to the scheduler like any other).
+            nodes = ", ".join(sorted({ctx.cluster.nodes[i].name for i in target.learner_nodes}))
+            transition(s, job, JobStatus.QUEUED, now, f"restarting on {nodes}, where it was moved")
+            moved = PendingStart(job.id, target, now, hint=True)
+            b.after(lambda: ctx.pending.__setitem__(moved.job_id, moved))
         report.requeued.append(job.id)
     elif stop.kind is StopKind.HALT:
         attempt.retry_decision = f"halted ({stop.detail})"

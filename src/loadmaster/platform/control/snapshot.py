@@ -6,7 +6,8 @@
 - A running job holds its allocation; its progress is `work_done_s` as of its last progress update,
   extrapolated at one work-second per second while its learners run.
 - Jobs that are stopping for good (preempted, halted, cancelled, out of time) count as gone: the
-  scheduler may hand out their resources, whose learners are launched once the stopping ones exited.
+  scheduler may hand out their resources, whose learners are launched once the stopping ones exited. A job
+  being moved (a Migrate) holds its move's target instead, where it restarts once its learners exited.
   Starts waiting for that count as running, holding what they were given.
 - A job whose launch could not be made waits out its backoff outside the snapshot.
 - Free capacity is the cluster minus what the running views hold; tenants come from the tenants table.
@@ -275,14 +276,20 @@ class SnapshotBuilder:
         if start is not None:
             alloc = start.allocation
         elif run is not None:  # the loop's memory is fresher than the row
-            if run.stop is not None and run.stop.kind.frees_resources:
-                return None  # stopping for good: its resources are the scheduler's again
-            alloc = run.resize_to or run.allocation
             work, attained = run.work_done_s, run.attained_gpu_s
-            if run.phase is Phase.RUNNING and run.running_since is not None:
+            if run.stop is not None and run.stop.kind.frees_resources:
+                if run.move_to is None:
+                    return None  # stopping for good: its resources are the scheduler's again
+                # Moving (a Migrate): its old GPUs are the scheduler's, its target is held for it, as for a
+                # start waiting for GPUs; it computes nothing meanwhile.
+                alloc = run.move_to
+            elif run.phase is Phase.RUNNING and run.running_since is not None:
+                alloc = run.resize_to or run.allocation
                 rate = 1.0
                 as_of = run.as_of
                 started = run.running_since
+            else:
+                alloc = run.resize_to or run.allocation
         elif row.allocation is not None and status is not JobStatus.STORING:
             alloc = to_allocation(row.id, row.allocation, self.node_index)
         if alloc is None:
