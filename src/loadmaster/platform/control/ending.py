@@ -105,9 +105,9 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
         transition(s, job, JobStatus.HALTED, now, HALTED_BY_USER)
         report.halted.append(job.id)
         return
-    if isinstance(outcome, Succeeded) and ctx.smoking(job.id, _gpus(attempt)):
+    if isinstance(outcome, Succeeded) and attempt.smoke_test_s is not None:
         # A job that ends within its test ran on one GPU only as a test: its gang runs it for real.
-        _smoke_passed(b, ctx, job, attempt, f"exited 0 within its {ctx.smoke_test_s:g} s on one GPU")
+        _smoke_passed(b, ctx, job, attempt, f"exited 0 within its {attempt.smoke_test_s:g} s on one GPU")
         return
     match outcome:
         case Succeeded():
@@ -211,18 +211,13 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         report.requeued.append(job.id)
 
 
-def _gpus(attempt: Attempt) -> int:
-    """GPUs the attempt held, from its allocation document."""
-    learners = (attempt.allocation or {}).get("learners") or ()
-    return sum(len(x.get("gpu_ids", ())) for x in learners if isinstance(x, dict))
-
-
 def _smoke_passed(b: Batch, ctx: Context, job: Job, attempt: Attempt, detail: str) -> None:
     """The one-GPU smoke test passed: QUEUED for the whole gang, not tested again unless it fails."""
     attempt.retry_decision = f"smoke test passed ({detail})"
     transition(b.s, job, JobStatus.QUEUED, b.now, f"smoke test passed ({detail}); queued for its whole gang")
     ctx.report.requeued.append(job.id)
     job_id, failures = job.id, job.failures
+    job.smoke_passed = failures  # in the store too: a restarted server does not test it again
     b.after(lambda: ctx.smoke_passed.__setitem__(job_id, failures))
 
 

@@ -295,8 +295,12 @@ class SnapshotBuilder:
         if alloc is None:
             return None  # STORING (learners gone), or an allocation on nodes this cluster lacks
         spec = self.spec(row, manifest, tenant, alloc)
-        if self._smoke_due(row, manifest) and alloc.gpus == 1:  # its smoke test runs
-            spec = smoke_spec(spec, self.smoke_test_s)
+        # Its smoke test runs (an attempt says so itself: a server restarted with another --smoke-test ends it
+        # as it began), or is about to.
+        smoke = run.smoke_s if run is not None else (
+            self.smoke_test_s if self._smoke_due(row, manifest) and alloc.gpus == 1 else None)
+        if smoke is not None:
+            spec = smoke_spec(spec, smoke)
         return JobView(spec, row.queued_since, max(row.attempts, 1), alloc, work, rate, as_of, attained,
                        row.preemptions, started)
 

@@ -128,8 +128,9 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     if job.first_started_at is None:
         job.first_started_at = now
     data = bool(manifest.data) and not relaunch
+    smoke = None if relaunch else ctx.smoke_test(job_id, alloc.gpus, job.failures, job.target_learners)
     b.s.add(Attempt(job_id=job_id, number=number, started_at=now, allocation=doc, outcome="launching",
-                    log_dir=str(ctx.dirs.logs(job_id, number))))
+                    log_dir=str(ctx.dirs.logs(job_id, number)), smoke_test_s=smoke))
     nodes = ", ".join(sorted({ls.node for ls in learners}))
     if data:
         transition(b.s, job, JobStatus.DOWNLOADING, now, f"staging data from {manifest.data}")
@@ -140,7 +141,8 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
     prior = prior_runtime(b.s, job_id) if manifest.max_runtime_s is not None and number > 1 else 0.0
     run = RunState(job_id, number, spec, alloc, Phase.DOWNLOADING if data else Phase.LAUNCHING, now,
-                   prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s)
+                   prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s,
+                   smoke_s=smoke)
     for learner in learners:
         st.taken.setdefault(learner.node, set()).update(learner.gpu_ids)
     st.ports.add(port)

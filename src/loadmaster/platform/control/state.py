@@ -157,6 +157,7 @@ class RunState:
     work_done_s: float = 0.0
     attained_gpu_s: float = 0.0
     running_since: float | None = None  # when the learners were launched (None while downloading)
+    smoke_s: float | None = None  # the attempt is the job's one-GPU smoke test of this many seconds (Attempt's)
     expected_s: float | None = None  # expected duration last learned from progress
 
     @property

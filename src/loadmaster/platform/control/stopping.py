@@ -80,7 +80,7 @@ def runtime_exceeded(run: RunState, max_runtime_s: float | None, now: float) -> 
 
 def smoke_done(ctx: Context, run: RunState, now: float) -> StopIntent | None:
     """The stop a smoke test that has run its seconds on one GPU is due: it passed, the job queues for its gang."""
-    if run.stop is not None or run.running_since is None or now - run.running_since < ctx.smoke_test_s or \
-            not ctx.smoking(run.job_id, run.allocation.gpus):
+    seconds = run.smoke_s
+    if seconds is None or run.stop is not None or run.running_since is None or now - run.running_since < seconds:
         return None
-    return StopIntent(StopKind.SMOKE, f"ran {ctx.smoke_test_s:g} s on one GPU")
+    return StopIntent(StopKind.SMOKE, f"ran {seconds:g} s on one GPU")
