@@ -62,9 +62,11 @@ class Context:
         """The seconds a new attempt holding `gpus` GPUs runs as the job's one-GPU smoke test (None: it is not
         one): --smoke-test is on, the job is a multi-GPU one of fixed size, and no test passed since its last
         failure (as SnapshotBuilder._smoke_due, which asked for the one GPU)."""
+        if self.smoke_test_s <= 0 or gpus != 1:  # the common case, asked at every start
+            return None
         manifest = self.manifest(job_id)
-        due = (self.smoke_test_s > 0 and manifest.elastic is None and target_learners is None and manifest.gpus > 1
-               and gpus == 1 and self.smoke_passed.get(job_id) != failures)
+        due = (manifest.elastic is None and target_learners is None and manifest.gpus > 1
+               and self.smoke_passed.get(job_id) != failures)
         return self.smoke_test_s if due else None
 
     def changed(self, job_id: str) -> None:
