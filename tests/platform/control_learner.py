@@ -4,6 +4,8 @@
                                                             resuming from the latest checkpoint
     python control_learner.py plateau STEPS STEP_S FLOOR    `train`, reporting loss = max(FLOOR, 5 - 0.5 * step): it
                                                             falls for a few steps, then stays flat
+    python control_learner.py slow-stop STEPS STEP_S STOP_S `train`, taking STOP_S seconds to checkpoint once asked
+                                                            to stop (a stop that is under way for a while)
     python control_learner.py fail RANK CODE MESSAGE        rank RANK prints a traceback ending in MESSAGE and
                                                             exits CODE; the other ranks wait to be stopped
     python control_learner.py fail-once RANK CODE MESSAGE STEPS STEP_S
@@ -21,7 +23,7 @@ import time
 from loadmaster import runtime
 
 
-def train(steps: int, step_s: float, floor: float | None = None) -> int:
+def train(steps: int, step_s: float, floor: float | None = None, stop_s: float = 0.0) -> int:
     context = runtime.init()
     latest = runtime.latest_checkpoint()
     first = runtime.checkpoint_step(latest) if latest is not None else 0
@@ -34,6 +36,7 @@ def train(steps: int, step_s: float, floor: float | None = None) -> int:
         else:
             runtime.report(step=step, total_steps=steps, loss=max(floor, 5.0 - 0.5 * step))
         if runtime.should_preempt():
+            time.sleep(stop_s)
             if context.rank == 0:
                 runtime.save_checkpoint(str(step).encode(), step)
             return 0
@@ -63,6 +66,8 @@ def main(argv: list[str]) -> int:
         return train(int(argv[1]), float(argv[2]))
     if mode == "plateau":
         return train(int(argv[1]), float(argv[2]), float(argv[3]))
+    if mode == "slow-stop":
+        return train(int(argv[1]), float(argv[2]), stop_s=float(argv[3]))
     if mode == "fail":
         return fail(int(argv[1]), int(argv[2]), argv[3])
     if mode == "fail-once":

@@ -410,3 +410,21 @@ def test_the_simulator_carries_out_reauction_moves_and_every_job_finishes() -> N
     assert by_id["c"].gpu_s_lost_migrating > 0
     assert by_id["c"].finish_s < {r.spec.job_id: r for r in plain.records}["c"].finish_s
     assert all(r.status is JobStatus.COMPLETED for r in moved.records + plain.records)
+
+
+def test_the_simulator_reauctions_when_nobody_waits() -> None:
+    # As above without d: when a's V100 server frees at 12,000 s nobody is queued, and c (its lease over) still
+    # moves there, as the live loop (which decides on every change) would move it. Before, the simulator made
+    # no decision with an empty queue and c ran out its time on the K80.
+    c = Cluster((Node("k0", 4, 32, 256, gpu_type="k80"), Node("v0", 4, 32, 256, gpu_type="v100"),
+                 Node("v1", 4, 32, 256, gpu_type="v100")))
+    speeds = (("v100", 1.0), ("k80", 0.6))
+    jobs = [job("a", gpus=4, duration=12_000.0, type_speed=speeds),
+            job("b", gpus=4, duration=20_000.0, type_speed=speeds),
+            job("c", gpus=4, duration=14_000.0, submit=10.0, type_speed=speeds)]
+    res = Simulator(c, ThemisPolicy(lease_s=10_000), make_placer("pack"), FailureModel(seed=0),
+                    PerformanceModel(c), SimConfig(migrate=True)).run(workload(*jobs))
+    by_id = {r.spec.job_id: r for r in res.records}
+    assert by_id["c"].migrations == 1 and res.mode_metrics["migrations"] == 1
+    assert by_id["c"].finish_s < 10.0 + 14_000.0 / 0.6  # sooner than staying on the K80
+    assert all(r.status is JobStatus.COMPLETED for r in res.records)

@@ -18,6 +18,7 @@ import numpy.typing as npt
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec, JobStatus, check_transition
 from loadmaster.core.workload import Workload
+from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
@@ -148,6 +149,9 @@ class _Run:
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
         # policy's order between decisions), the running jobs in a dict (a snapshot copies them).
         self.session = Session(sim.policy, sim.placer, sim.config.migrate)
+        # With migration, a re-auctioning policy (themis) may move running jobs into GPUs that free up while
+        # nobody waits: decisions are made then too, as the live loop makes them on every change.
+        self.reauctions = sim.config.migrate and isinstance(sim.policy, Reauctions)
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
@@ -211,7 +215,8 @@ class _Run:
                 live = self.live[idx]
                 if live is not None and live.token == token and live.view.job_id in self.running:
                     self.end_attempt(live)
-            if self.queued or (self.growable and self.busy < self.cluster.total_gpus):
+            if self.queued or ((self.growable or (self.reauctions and self.running))
+                               and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
                 self.apply(plan)
                 next_wake = self.placer_wake(plan)

@@ -50,18 +50,24 @@ class Context:
     isolation: Isolation = field(default_factory=Isolation)
     tenancies: dict[str, JobTenancy] = field(default_factory=dict)  # read at each start (roots may change)
     # --smoke-test: a multi-GPU job's attempt first runs this long on one GPU (0: off). smoke_passed: job id ->
-    # its failure count when its latest test passed (a failure after it means testing again). Memory only: a
-    # restarted server tests such a job once more.
+    # its failure count when its latest test passed (a failure after it means testing again), as Job.smoke_passed
+    # says (recover() reads it back: a restarted server does not test the job again).
     smoke_test_s: float = 0.0
     smoke_passed: dict[str, int] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.node_index = {n.name: i for i, n in enumerate(self.cluster.nodes)}
 
-    def smoking(self, job_id: str, gpus: int) -> bool:
-        """Whether an attempt holding `gpus` GPUs is the job's one-GPU smoke test (see snapshot.smoke_due)."""
+    def smoke_test(self, job_id: str, gpus: int, failures: int, target_learners: int | None) -> float | None:
+        """The seconds a new attempt holding `gpus` GPUs runs as the job's one-GPU smoke test (None: it is not
+        one): --smoke-test is on, the job is a multi-GPU one of fixed size, and no test passed since its last
+        failure (as SnapshotBuilder._smoke_due, which asked for the one GPU)."""
+        if self.smoke_test_s <= 0 or gpus != 1:  # the common case, asked at every start
+            return None
         manifest = self.manifest(job_id)
-        return self.smoke_test_s > 0 and manifest.elastic is None and manifest.gpus > 1 and gpus == 1
+        due = (manifest.elastic is None and target_learners is None and manifest.gpus > 1
+               and self.smoke_passed.get(job_id) != failures)
+        return self.smoke_test_s if due else None
 
     def changed(self, job_id: str) -> None:
         """The job's run, pending start or backoff changed: decide again, rebuilding its view."""
@@ -126,4 +132,5 @@ class Context:
             self.tenancies.pop(job_id, None)
         self.pending.pop(job_id, None)
         self.backoff.pop(job_id, None)
+        self.smoke_passed.pop(job_id, None)
         self.touched.add(job_id)

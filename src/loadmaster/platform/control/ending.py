@@ -105,9 +105,9 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
         transition(s, job, JobStatus.HALTED, now, HALTED_BY_USER)
         report.halted.append(job.id)
         return
-    if isinstance(outcome, Succeeded) and ctx.smoking(job.id, _gpus(attempt)):
+    if isinstance(outcome, Succeeded) and attempt.smoke_test_s is not None:
         # A job that ends within its test ran on one GPU only as a test: its gang runs it for real.
-        _smoke_passed(b, ctx, job, attempt, f"exited 0 within its {ctx.smoke_test_s:g} s on one GPU")
+        _smoke_passed(b, ctx, job, attempt, f"exited 0 within its {attempt.smoke_test_s:g} s on one GPU")
         return
     match outcome:
         case Succeeded():
@@ -170,7 +170,16 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         attempt.lost_s = max(0.0, now - max(attempt.started_at, saved_at or attempt.started_at))
         job.preemptions += 1
         transition(s, job, JobStatus.HALTED, now, stop.detail)
-        transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
+        target = run.move_to if run is not None else None
+        if target is None:
+            transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
+        else:
+            # A move: it restarts at once where decide() meant it to, the target held for it meanwhile (a
+            # stale target, its GPUs taken or its node down, sends it to the scheduler like any other).
+            nodes = ", ".join(sorted({ctx.cluster.nodes[i].name for i in target.learner_nodes}))
+            transition(s, job, JobStatus.QUEUED, now, f"restarting on {nodes}, where it was moved")
+            moved = PendingStart(job.id, target, now, hint=True)
+            b.after(lambda: ctx.pending.__setitem__(moved.job_id, moved))
         report.requeued.append(job.id)
     elif stop.kind is StopKind.HALT:
         attempt.retry_decision = f"halted ({stop.detail})"
@@ -202,18 +211,13 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         report.requeued.append(job.id)
 
 
-def _gpus(attempt: Attempt) -> int:
-    """GPUs the attempt held, from its allocation document."""
-    learners = (attempt.allocation or {}).get("learners") or ()
-    return sum(len(x.get("gpu_ids", ())) for x in learners if isinstance(x, dict))
-
-
 def _smoke_passed(b: Batch, ctx: Context, job: Job, attempt: Attempt, detail: str) -> None:
     """The one-GPU smoke test passed: QUEUED for the whole gang, not tested again unless it fails."""
     attempt.retry_decision = f"smoke test passed ({detail})"
     transition(b.s, job, JobStatus.QUEUED, b.now, f"smoke test passed ({detail}); queued for its whole gang")
     ctx.report.requeued.append(job.id)
     job_id, failures = job.id, job.failures
+    job.smoke_passed = failures  # in the store too: a restarted server does not test it again
     b.after(lambda: ctx.smoke_passed.__setitem__(job_id, failures))
 
 

@@ -57,11 +57,12 @@ class Requested:
 
 @dataclass(frozen=True, slots=True)
 class Stop:
-    """Stop an attempt for `intent` (preemption, max_runtime_s, a resize to `resize_to`)."""
+    """Stop an attempt for `intent` (preemption, max_runtime_s, a resize to `resize_to`, a move to `move_to`)."""
 
     job_id: str
     intent: StopIntent
     resize_to: Allocation | None = None
+    move_to: Allocation | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,6 +74,7 @@ class Start:
     since: float
     relaunch: bool = False
     previous: dict[str, Any] | None = None  # a relaunch's former allocation (learners that stay keep GPUs)
+    hint: bool = False  # a moved job's restart at its move's target (state.PendingStart.hint)
 
 
 @dataclass(frozen=True, slots=True)

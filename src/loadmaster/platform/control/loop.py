@@ -50,6 +50,7 @@ from loadmaster.platform.control.reports import QueueEntry, RecoveryReport, Tick
 from loadmaster.platform.control.router import route_all
 from loadmaster.platform.control.snapshot import DEFAULT_DURATION_S, JobInputs, SnapshotBuilder
 from loadmaster.platform.control.stages import Stager
+from loadmaster.platform.control.starting import stale_target
 from loadmaster.platform.control.state import Phase, StopIntent, StopKind
 from loadmaster.platform.control.stopping import runtime_exceeded, smoke_done
 from loadmaster.platform.control.table import JobTable, read_tenants
@@ -425,13 +426,17 @@ class ControlLoop:
         patience = max(60.0, 3 * ctx.grace_s)
         out: list[ev.Event] = []
         for start in list(ctx.pending.values()):
-            if now - start.since > patience:
+            stale = stale_target(ctx, start.allocation, self.membership.down) if start.hint else None
+            if now - start.since > patience or stale is not None:
                 del ctx.pending[start.job_id]
                 ctx.changed(start.job_id)
+                if stale is not None:  # a moved job whose target went: decide() places it like any other
+                    log.info("job %s: not restarted at its move's target (%s): placed anew", start.job_id, stale)
                 if start.relaunch:  # a resized job with no learners left: back to the queue
                     out.append(ev.Unbook(start.job_id, "the GPUs of its new size did not become free"))
                 continue
-            out.append(ev.Start(start.job_id, start.allocation, start.since, start.relaunch, start.previous))
+            out.append(ev.Start(start.job_id, start.allocation, start.since, start.relaunch, start.previous,
+                                start.hint))
         return out
 
     def _route(self, events: list[ev.Event]) -> None:
@@ -528,9 +533,10 @@ class ControlLoop:
         for p in plan.preempts:
             why = f"preempted by {p.for_job}" if p.for_job else p.reason
             events.append(ev.Stop(p.job_id, StopIntent(StopKind.PREEMPT, why)))
-        # A move is carried out as a halt and a requeue (the learner checkpoints on should_preempt()); the job
-        # then waits for its next placement like any other, without a hint to go where decide() meant.
-        events += [ev.Stop(m.job_id, StopIntent(StopKind.PREEMPT, _move_reason(m))) for m in plan.migrations]
+        # A move is carried out as a stop (the learner checkpoints on should_preempt()) and a restart at the
+        # move's target, held for the job meanwhile (snapshot.py); a stale target places it anew (_pending_starts).
+        events += [ev.Stop(m.job_id, StopIntent(StopKind.PREEMPT, _move_reason(m)), move_to=m.allocation)
+                   for m in plan.migrations]
         events += [*plan.resizes, *plan.rejects]
         now = ctx.clock()
         events += [ev.Start(s.job_id, s.allocation, now) for s in plan.starts]

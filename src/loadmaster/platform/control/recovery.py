@@ -33,6 +33,7 @@ from loadmaster.platform.control.reports import RecoveryReport
 from loadmaster.platform.control.router import route_all
 from loadmaster.platform.control.starting import attempt_spec, prior_runtime
 from loadmaster.platform.control.state import Phase, RunState, StopIntent
+from loadmaster.platform.control.table import ACTIVE_VALUES
 from loadmaster.platform.executors.base import LiveAttempt
 from loadmaster.platform.store.models import Attempt, Job
 
@@ -59,6 +60,7 @@ class OpenAttempt:
     last_report_at: float | None
     prior_runtime_s: float
     current: bool  # the job's latest attempt
+    smoke_test_s: float | None = None  # the attempt is the job's smoke test of this many seconds
 
 
 def open_attempts(ctx: Context, job_ids: list[str] | None = None) -> list[OpenAttempt]:
@@ -73,7 +75,7 @@ def open_attempts(ctx: Context, job_ids: list[str] | None = None) -> list[OpenAt
                 job.id, attempt.number, S(job.status), attempt.outcome, attempt.retry_decision, attempt.started_at,
                 dict(job.allocation or attempt.allocation or {}), job.executor_handle, job.work_done_s,
                 job.attained_gpu_s, job.run_started_at, job.last_report_at, prior_runtime(s, job.id),
-                attempt.number == job.attempts))
+                attempt.number == job.attempts, attempt.smoke_test_s))
     return found
 
 
@@ -91,7 +93,7 @@ def adopt(ctx: Context, found: OpenAttempt) -> tuple[RunState | None, ev.Event |
     run = RunState(found.job_id, found.number, spec, held, Phase.DOWNLOADING if downloading else Phase.RUNNING,
                    found.started_at, prior_runtime_s=found.prior_runtime_s, stop=stop,
                    as_of=max(found.run_started_at or found.started_at, found.last_report_at or 0.0),
-                   work_done_s=found.work_done_s, attained_gpu_s=found.attained_gpu_s)
+                   work_done_s=found.work_done_s, attained_gpu_s=found.attained_gpu_s, smoke_s=found.smoke_test_s)
     if not found.current or found.status not in (S.DOWNLOADING, S.PROCESSING, S.QUEUED):
         return None, ev.End(found.job_id, found.number, Lost(f"attempt left open while the job was "
                                                                f"{found.status.value}"), run)
@@ -139,6 +141,10 @@ def recover(ctx: Context) -> RecoveryReport:
     with ctx.store.session() as s:
         storing = s.execute(select(Job.id, Job.attempts).where(Job.status == S.STORING.value)).all()
         stranded = s.scalars(select(Job.id).where(Job.status.in_([S.DOWNLOADING.value, S.PROCESSING.value]))).all()
+        # Smoke tests passed before the restart (--smoke-test): those jobs are not tested again.
+        passed = s.execute(select(Job.id, Job.smoke_passed).where(Job.smoke_passed.is_not(None),
+                                                                  Job.status.in_(ACTIVE_VALUES))).all()
+    ctx.smoke_passed.update({job_id: failures for job_id, failures in passed if failures is not None})
     for job_id in stranded:
         if job_id not in open_jobs:
             events.append(ev.Unbook(job_id, "requeued at restart: no attempt of it was running"))

@@ -68,14 +68,14 @@ def route(b: Batch, ctx: Context, st: starting.Statement, event: Event) -> None:
             _staged(b, ctx, done)
         case Requested(row=row):
             requests.carry_out(b, ctx, row)
-        case Stop(job_id=job_id, intent=intent, resize_to=resize_to):
-            _stop(b, ctx, job_id, intent, resize_to)
+        case Stop(job_id=job_id, intent=intent, resize_to=resize_to, move_to=move_to):
+            _stop(b, ctx, job_id, intent, resize_to, move_to)
         case Resize(job_id=job_id, allocation=allocation):
             _resize(b, ctx, event)
         case Reject(job_id=job_id, reason=reason):
             _reject(b, ctx, job_id, reason)
-        case Start(job_id=job_id, allocation=allocation, since=since, relaunch=relaunch, previous=previous):
-            starting.start(b, ctx, st, job_id, allocation, since, relaunch=relaunch, previous=previous)
+        case Start(job_id=job_id, allocation=allocation, since=since, relaunch=relaunch, previous=previous, hint=hint):
+            starting.start(b, ctx, st, job_id, allocation, since, relaunch=relaunch, previous=previous, hint=hint)
         case End(job_id=job_id, attempt=attempt, outcome=outcome, run=run):
             ending.end(b, ctx, job_id, attempt, outcome, run)
         case Unbook(job_id=job_id, why=why):
@@ -114,14 +114,15 @@ def _staged(b: Batch, ctx: Context, done: StageDone) -> None:
         b.after(lambda: ctx.stager.forget(done))
 
 
-def _stop(b: Batch, ctx: Context, job_id: str, intent: StopIntent, resize_to: Allocation | None) -> None:
+def _stop(b: Batch, ctx: Context, job_id: str, intent: StopIntent, resize_to: Allocation | None,
+          move_to: Allocation | None = None) -> None:
     run = ctx.runs.get(job_id)
     if run is None:
         # A start still waiting for its GPUs: it simply goes back to waiting.
         if ctx.pending.get(job_id) is not None:
             b.after(lambda: requests.unpend(ctx, job_id))
         return
-    stopping.stop(b, ctx, run, intent, resize_to)
+    stopping.stop(b, ctx, run, intent, resize_to, move_to)
 
 
 def _resize(b: Batch, ctx: Context, event: Resize) -> None:

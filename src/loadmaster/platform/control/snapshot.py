@@ -6,7 +6,8 @@
 - A running job holds its allocation; its progress is `work_done_s` as of its last progress update,
   extrapolated at one work-second per second while its learners run.
 - Jobs that are stopping for good (preempted, halted, cancelled, out of time) count as gone: the
-  scheduler may hand out their resources, whose learners are launched once the stopping ones exited.
+  scheduler may hand out their resources, whose learners are launched once the stopping ones exited. A job
+  being moved (a Migrate) holds its move's target instead, where it restarts once its learners exited.
   Starts waiting for that count as running, holding what they were given.
 - A job whose launch could not be made waits out its backoff outside the snapshot.
 - Free capacity is the cluster minus what the running views hold; tenants come from the tenants table.
@@ -275,21 +276,31 @@ class SnapshotBuilder:
         if start is not None:
             alloc = start.allocation
         elif run is not None:  # the loop's memory is fresher than the row
-            if run.stop is not None and run.stop.kind.frees_resources:
-                return None  # stopping for good: its resources are the scheduler's again
-            alloc = run.resize_to or run.allocation
             work, attained = run.work_done_s, run.attained_gpu_s
-            if run.phase is Phase.RUNNING and run.running_since is not None:
+            if run.stop is not None and run.stop.kind.frees_resources:
+                if run.move_to is None:
+                    return None  # stopping for good: its resources are the scheduler's again
+                # Moving (a Migrate): its old GPUs are the scheduler's, its target is held for it, as for a
+                # start waiting for GPUs; it computes nothing meanwhile.
+                alloc = run.move_to
+            elif run.phase is Phase.RUNNING and run.running_since is not None:
+                alloc = run.resize_to or run.allocation
                 rate = 1.0
                 as_of = run.as_of
                 started = run.running_since
+            else:
+                alloc = run.resize_to or run.allocation
         elif row.allocation is not None and status is not JobStatus.STORING:
             alloc = to_allocation(row.id, row.allocation, self.node_index)
         if alloc is None:
             return None  # STORING (learners gone), or an allocation on nodes this cluster lacks
         spec = self.spec(row, manifest, tenant, alloc)
-        if self._smoke_due(row, manifest) and alloc.gpus == 1:  # its smoke test runs
-            spec = smoke_spec(spec, self.smoke_test_s)
+        # Its smoke test runs (an attempt says so itself: a server restarted with another --smoke-test ends it
+        # as it began), or is about to.
+        smoke = run.smoke_s if run is not None else (
+            self.smoke_test_s if self._smoke_due(row, manifest) and alloc.gpus == 1 else None)
+        if smoke is not None:
+            spec = smoke_spec(spec, smoke)
         return JobView(spec, row.queued_since, max(row.attempts, 1), alloc, work, rate, as_of, attained,
                        row.preemptions, started)
 

@@ -13,6 +13,7 @@ whose data is in place from DOWNLOADING to PROCESSING and launches it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Collection
 from dataclasses import dataclass, field
 from enum import Enum
 from functools import partial
@@ -95,14 +96,15 @@ def prior_runtime(s: Session, job_id: str) -> float:
 
 
 def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation, since: float, *,
-          relaunch: bool = False, previous: dict[str, object] | None = None) -> Started:
-    """Carry out a Start (relaunch: a resized job's next attempt, PROCESSING throughout)."""
+          relaunch: bool = False, previous: dict[str, object] | None = None, hint: bool = False) -> Started:
+    """Carry out a Start (relaunch: a resized job's next attempt, PROCESSING throughout; hint: a moved job's
+    restart at its move's target)."""
     if relaunch:
         learners = keep_gpus(alloc, ctx.cluster, previous or {}, st.taken)
     else:
         learners = assign_gpus(alloc, ctx.cluster, st.taken)
     if learners is None:
-        b.after(lambda: _wait(ctx, job_id, alloc, since, relaunch, previous))
+        b.after(lambda: _wait(ctx, job_id, alloc, since, relaunch, previous, hint))
         return Started.HELD
     job = b.job(job_id)
     wanted = JobStatus.PROCESSING if relaunch else JobStatus.QUEUED
@@ -114,7 +116,7 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     try:
         port = ctx.bookings.pick_port(st.ports)
     except NoPort:
-        b.after(lambda: _wait(ctx, job_id, alloc, since, relaunch, previous))
+        b.after(lambda: _wait(ctx, job_id, alloc, since, relaunch, previous, hint))
         return Started.HELD
     doc = to_document(learners, port)
     now = b.now
@@ -126,8 +128,9 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     if job.first_started_at is None:
         job.first_started_at = now
     data = bool(manifest.data) and not relaunch
+    smoke = None if relaunch else ctx.smoke_test(job_id, alloc.gpus, job.failures, job.target_learners)
     b.s.add(Attempt(job_id=job_id, number=number, started_at=now, allocation=doc, outcome="launching",
-                    log_dir=str(ctx.dirs.logs(job_id, number))))
+                    log_dir=str(ctx.dirs.logs(job_id, number)), smoke_test_s=smoke))
     nodes = ", ".join(sorted({ls.node for ls in learners}))
     if data:
         transition(b.s, job, JobStatus.DOWNLOADING, now, f"staging data from {manifest.data}")
@@ -138,7 +141,8 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
     # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
     prior = prior_runtime(b.s, job_id) if manifest.max_runtime_s is not None and number > 1 else 0.0
     run = RunState(job_id, number, spec, alloc, Phase.DOWNLOADING if data else Phase.LAUNCHING, now,
-                   prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s)
+                   prior_runtime_s=prior, as_of=now, work_done_s=job.work_done_s, attained_gpu_s=job.attained_gpu_s,
+                   smoke_s=smoke)
     for learner in learners:
         st.taken.setdefault(learner.node, set()).update(learner.gpu_ids)
     st.ports.add(port)
@@ -160,10 +164,36 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
 
 
 def _wait(ctx: Context, job_id: str, alloc: Allocation, since: float, relaunch: bool,
-          previous: dict[str, object] | None) -> None:
+          previous: dict[str, object] | None, hint: bool = False) -> None:
     if job_id not in ctx.pending:
         ctx.changed(job_id)
-    ctx.pending[job_id] = PendingStart(job_id, alloc, since, relaunch, previous)
+    ctx.pending[job_id] = PendingStart(job_id, alloc, since, relaunch, previous, hint)
+
+
+def stale_target(ctx: Context, alloc: Allocation, down: Collection[str]) -> str | None:
+    """Why a moved job's target can no longer be had (None: it is free, or held only by learners that are
+    stopping): a node of it is down (dead or drained), or GPUs of it are held by attempts that are not
+    stopping (a job started there meanwhile). Then the job is placed anew rather than waiting for them."""
+    names = [n.name for n in ctx.cluster.nodes]
+    wanted: dict[str, int] = {}
+    for i in alloc.learner_nodes:
+        if i >= len(names):
+            return "its nodes left the cluster"
+        wanted[names[i]] = wanted.get(names[i], 0) + alloc.gpus_per_learner
+    for node, gpus in wanted.items():
+        if node in down:
+            return f"node {node} is down or drained"
+        owners = ctx.bookings.owners.get(node, {})
+        kept = sum(1 for job in owners.values() if _staying(ctx, job))
+        if ctx.cluster.nodes[ctx.node_index[node]].gpus - kept < gpus:
+            return f"its GPUs on {node} were taken meanwhile"
+    return None
+
+
+def _staying(ctx: Context, job_id: str) -> bool:
+    """Whether the attempt holding a GPU keeps it: not stopping for good (a resize keeps some of its GPUs)."""
+    run = ctx.runs.get(job_id)
+    return run is None or run.stop is None or not run.stop.kind.frees_resources
 
 
 def _drop(ctx: Context, job_id: str) -> None:

@@ -147,6 +147,8 @@ class RunState:
     prior_runtime_s: float = 0.0  # run time of earlier attempts (max_runtime_s counts them)
     stop: StopIntent | None = None
     resize_to: Allocation | None = None  # the allocation a RESIZE stop relaunches on
+    # A move's target (decide()'s Migrate): held for the job while it stops, and where it restarts if still free.
+    move_to: Allocation | None = None
     progress: ProgressTrack = field(default_factory=ProgressTrack)
     plateau: Plateau = field(default_factory=Plateau)  # the manifest's early_stop, if it has one
     early_stop: StopIntent | None = None  # due: the watched metric plateaued (the next round stops the attempt)
@@ -155,6 +157,7 @@ class RunState:
     work_done_s: float = 0.0
     attained_gpu_s: float = 0.0
     running_since: float | None = None  # when the learners were launched (None while downloading)
+    smoke_s: float | None = None  # the attempt is the job's one-GPU smoke test of this many seconds (Attempt's)
     expected_s: float | None = None  # expected duration last learned from progress
 
     @property
@@ -171,3 +174,6 @@ class PendingStart:
     since: float
     relaunch: bool = False  # a resize of a PROCESSING job (no status change), not a QUEUED job's start
     previous: dict[str, Any] | None = None  # a relaunch's former allocation: learners that stay keep their GPUs
+    # A moved job's restart at its move's target: dropped (the job is placed anew) once the target is stale,
+    # its GPUs taken by learners that are not stopping or its nodes down, instead of waiting for them.
+    hint: bool = False

@@ -18,10 +18,17 @@ from loadmaster.platform.control.outcomes import Stopped
 from loadmaster.platform.control.state import Phase, RunState, StopIntent, StopKind
 
 
-def stop(b: Batch, ctx: Context, run: RunState, intent: StopIntent, resize_to: Allocation | None = None) -> bool:
-    """Ask `run` to stop for `intent` (a stronger reason replaces a weaker one). True if anything changed."""
+def stop(b: Batch, ctx: Context, run: RunState, intent: StopIntent, resize_to: Allocation | None = None,
+         move_to: Allocation | None = None) -> bool:
+    """Ask `run` to stop for `intent` (a stronger reason replaces a weaker one). True if anything changed.
+    `move_to`: a move's target (decide()'s Migrate), where the job restarts once its learners exited."""
     current = run.stop
     if current is not None and current.kind.rank >= intent.kind.rank:
+        if run.move_to is not None and intent.kind is StopKind.PREEMPT and move_to != run.move_to:
+            # decide() changed its mind while the job moves: preempted (its target given away), it is requeued;
+            # moved again, it restarts at the new target.
+            b.after(lambda: _move(ctx, run, move_to))
+            return True
         return False
     if intent.kind is StopKind.RESIZE and (current is not None or run.phase is not Phase.RUNNING):
         return False  # a gang still launching, or already stopping, is resized by a later decision
@@ -40,6 +47,8 @@ def stop(b: Batch, ctx: Context, run: RunState, intent: StopIntent, resize_to: A
         run.stop = intent
         if resize_to is not None:
             run.resize_to = resize_to
+        # A stronger stop (a user's halt, a runtime limit) replaces the move: the job does not restart.
+        run.move_to = move_to if intent.kind is StopKind.PREEMPT else None
         ctx.changed(run.job_id)
         if intent.kind is StopKind.PREEMPT:
             ctx.report.preempted.append(run.job_id)
@@ -54,6 +63,11 @@ def stop(b: Batch, ctx: Context, run: RunState, intent: StopIntent, resize_to: A
     return True
 
 
+def _move(ctx: Context, run: RunState, target: Allocation | None) -> None:
+    run.move_to = target
+    ctx.changed(run.job_id)
+
+
 def runtime_exceeded(run: RunState, max_runtime_s: float | None, now: float) -> StopIntent | None:
     """The stop a job past its manifest's max_runtime_s (all attempts counted) is due, if any."""
     if max_runtime_s is None or run.running_since is None or run.stop is not None:
@@ -66,7 +80,7 @@ def runtime_exceeded(run: RunState, max_runtime_s: float | None, now: float) -> 
 
 def smoke_done(ctx: Context, run: RunState, now: float) -> StopIntent | None:
     """The stop a smoke test that has run its seconds on one GPU is due: it passed, the job queues for its gang."""
-    if run.stop is not None or run.running_since is None or now - run.running_since < ctx.smoke_test_s or \
-            not ctx.smoking(run.job_id, run.allocation.gpus):
+    seconds = run.smoke_s
+    if seconds is None or run.stop is not None or run.running_since is None or now - run.running_since < seconds:
         return None
-    return StopIntent(StopKind.SMOKE, f"ran {ctx.smoke_test_s:g} s on one GPU")
+    return StopIntent(StopKind.SMOKE, f"ran {seconds:g} s on one GPU")

@@ -97,6 +97,9 @@ class Job(Base):
     halt_requested: Mapped[bool] = mapped_column(Boolean, default=False)  # user halt pending
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
     target_learners: Mapped[int | None] = mapped_column(Integer, nullable=True)  # user scale request
+    # --smoke-test: the job's failure count when its latest one-GPU smoke test passed (a failure since means
+    # testing again); NULL: none passed. Kept here so that a restarted server does not test the job again.
+    smoke_passed: Mapped[int | None] = mapped_column(Integer, nullable=True)
     # The change number of the last committed write (store/changes.py): the control loop reads only rows
     # whose number passed its own, so a round costs what changed, not the size of the queue.
     change_seq: Mapped[int] = mapped_column(BigInteger, default=0, server_default="0")
@@ -144,6 +147,9 @@ class Attempt(Base):
     log_dir: Mapped[str] = mapped_column(Text)
     # A preempted attempt's seconds after the job's last checkpoint: the work its next attempt redoes.
     lost_s: Mapped[float | None] = mapped_column(Float, nullable=True)
+    # The seconds this attempt runs as its job's one-GPU smoke test (--smoke-test as it was at the start, so
+    # that a server restarted with another value ends it as it began); NULL: not a test.
+    smoke_test_s: Mapped[float | None] = mapped_column(Float, nullable=True)
 
     __table_args__ = (Index("ix_attempts_job_number", "job_id", "number", unique=True),
                       Index("ix_attempts_open", "job_id", sqlite_where=text("ended_at IS NULL"),
