@@ -181,7 +181,8 @@ def test_synth_vcs_that_borrow_over_one_span_run_under_fair_fifo(tmp_path: Path)
     quotas = tmp_path / "w.quotas.yaml"
     assert "borrow_limit: null" in quotas.read_text()
     summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "16x8", "--quotas", str(quotas),
-                          "--policy", "fair-fifo", "--placement", "locality", "--no-plots", "--out", str(tmp_path / "r"))
+                          "--policy", "fair-fifo", "--placement", "locality", "--no-plots",
+                          "--out", str(tmp_path / "r"))
     assert summary["jobs"] == 400 and summary["rejected"] == 0
     code, out = invoke("trace", "synth", "--jobs", "10", "--shared-span", "--out", str(w))
     assert code != 0 and "--shared-span" in out

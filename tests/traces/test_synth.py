@@ -427,5 +427,5 @@ def test_vc_mode_with_a_shared_span_offers_the_load_on_the_whole_cluster() -> No
         last[j.tenant] = max(last.get(j.tenant, 0.0), j.submit_time_s)
     busy = [t for t, n in collections.Counter(j.tenant for j in w.jobs).items() if n >= 100]
     assert all(last[t] > 0.9 * span for t in busy)
-    with pytest.raises(ValueError, match="shared_span.*needs vcs"):
+    with pytest.raises(ValueError, match=r"shared_span.*needs vcs"):
         synthesize("philly", 100, seed=0, cluster=c, load=0.9, shared_span=True)
