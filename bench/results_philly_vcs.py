@@ -3,9 +3,11 @@ the policies at that scale.
 
     .venv/bin/python bench/results_philly_vcs.py                       # fair + locality, seeds 0,1,2
     .venv/bin/python bench/results_philly_vcs.py --seeds 0 --policies fair,fifo,las,drf,themis
+    .venv/bin/python bench/results_philly_vcs.py --policies fair,fair-fifo --borrow any --shared-span
 
 The workload is `trace synth --like philly --jobs 30000 --cluster philly --load L --vcs --seed S`, replayed on
-Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`) and locality placement. Per
+Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`; `--borrow any`: no limit, as
+`--borrow-any` writes; `--shared-span`: one arrival span for every VC) and locality placement. Per
 run: the queueing delay (submission to first start) by job size, median and mean, and each size's wait split
 into Philly's classes (fair-share, fragmentation, capacity) from the simulator's wait reasons. Writes
 bench/results/results_philly_vcs.json.
