@@ -3,9 +3,11 @@ the policies at that scale.
 
     .venv/bin/python bench/results_philly_vcs.py                       # fair + locality, seeds 0,1,2
     .venv/bin/python bench/results_philly_vcs.py --seeds 0 --policies fair,fifo,las,drf,themis
+    .venv/bin/python bench/results_philly_vcs.py --policies fair,fair-fifo --borrow any --shared-span
 
 The workload is `trace synth --like philly --jobs 30000 --cluster philly --load L --vcs --seed S`, replayed on
-Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`) and locality placement. Per
+Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`; `--borrow any`: no limit, as
+`--borrow-any` writes; `--shared-span`: one arrival span for every VC) and locality placement. Per
 run: the queueing delay (submission to first start) by job size, median and mean, and each size's wait split
 into Philly's classes (fair-share, fragmentation, capacity) from the simulator's wait reasons. Writes
 bench/results/results_philly_vcs.json.
@@ -62,18 +64,26 @@ def main() -> None:
     parser.add_argument("--seeds", type=lambda s: [int(x) for x in s.split(",")], default=[0, 1, 2])
     parser.add_argument("--policies", default="fair")
     parser.add_argument("--placement", default="locality")
+    parser.add_argument("--borrow", default="0", help="GPUs a VC may borrow beyond its quota while they are idle "
+                        "(borrowed jobs are preempted when their owner needs them back): a number, or 'any' for "
+                        "no limit, as Philly's VCs (default 0: fixed quotas)")
+    parser.add_argument("--shared-span", action="store_true", help="every VC submits over one span (the cluster "
+                        "offers --load; each VC whatever its draws add up to) instead of each its own")
     parser.add_argument("--name", default="results_philly_vcs", help="stem of the JSON written under bench/results")
     args = parser.parse_args()
 
     cluster = load_cluster("philly")
-    quotas = {vc: TenantQuota(vc, g, 0) for vc, g in vc_quotas("philly", cluster).items()}
+    borrow = None if args.borrow == "any" else int(args.borrow)
+    quotas = {vc: TenantQuota(vc, g, borrow) for vc, g in vc_quotas("philly", cluster).items()}
     rows: list[dict[str, Any]] = []
     for seed in args.seeds:
-        workload = synthesize("philly", args.jobs, seed, cluster=cluster, load=args.load, vcs=True)
+        workload = synthesize("philly", args.jobs, seed, cluster=cluster, load=args.load, vcs=True,
+                              shared_span=args.shared_span)
         for policy in [p for p in args.policies.split(",") if p]:
             started = time.process_time()
             outcome = simulate(workload, cluster, RunOptions(policy=policy, placement=args.placement, quotas=quotas))
             row = {"seed": seed, "load": args.load, "policy": policy, "placement": args.placement,
+                   "borrow": args.borrow,
                    **{k: outcome.summary[k] for k in KEYS}, **by_size(outcome),
                    "cpu_s": time.process_time() - started}
             rows.append(row)
@@ -86,7 +96,8 @@ def main() -> None:
                   f"p75 {row['p75_queue_delay_s']:,.0f}, p90 {row['p90_queue_delay_s']:,.0f}; by size "
                   f"median/mean: {sizes}; avg JCT {row['avg_jct_s']:,.0f} s; cpu {row['cpu_s']:.0f} s", flush=True)
     path = save(args.name, {"jobs": args.jobs, "load": args.load, "cluster": "philly", "seeds": args.seeds,
-                            "policies": args.policies, "placement": args.placement, "quotas": "vc_quotas, borrow 0"},
+                            "policies": args.policies, "placement": args.placement,
+                            "quotas": f"vc_quotas, borrow {args.borrow}"},
                 rows)
     print(f"wrote {path}")
 

@@ -173,6 +173,21 @@ def test_synth_vcs_writes_quotas_that_sim_run_reads(tmp_path: Path) -> None:
     assert summary["jobs"] == 400 and summary["rejected"] == 0 and summary["fair_share_delay_s"] > 0
 
 
+def test_synth_vcs_that_borrow_over_one_span_run_under_fair_fifo(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    code, out = invoke("trace", "synth", "--jobs", "400", "--cluster", "16x8", "--load", "1.0", "--vcs",
+                       "--borrow-any", "--shared-span", "--seed", "2", "--out", str(w))
+    assert code == 0, out
+    quotas = tmp_path / "w.quotas.yaml"
+    assert "borrow_limit: null" in quotas.read_text()
+    summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "16x8", "--quotas", str(quotas),
+                          "--policy", "fair-fifo", "--placement", "locality", "--no-plots",
+                          "--out", str(tmp_path / "r"))
+    assert summary["jobs"] == 400 and summary["rejected"] == 0
+    code, out = invoke("trace", "synth", "--jobs", "10", "--shared-span", "--out", str(w))
+    assert code != 0 and "--shared-span" in out
+
+
 def test_compare_with_and_without_migration(tmp_path: Path) -> None:
     w = tmp_path / "w.csv"
     assert invoke("trace", "synth", "--jobs", "300", "--cluster", "8x8", "--load", "1.2", "--seed", "1",

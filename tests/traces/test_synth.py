@@ -409,3 +409,23 @@ def test_vc_mode_on_a_cluster_too_small_for_every_vc_to_get_a_gpu() -> None:
     w = synthesize("philly", 400, seed=2, cluster=c, load=1.0, vcs=True)
     assert {j.tenant for j in w.jobs} <= {v for v, q in quotas.items() if q > 0}
     assert not any("nan" in note for note in w.report.notes)
+
+
+def test_vc_mode_with_a_shared_span_offers_the_load_on_the_whole_cluster() -> None:
+    c = load_cluster("32x8")
+    own = synthesize("philly", 4000, seed=1, cluster=c, load=0.9, vcs=True)
+    w = synthesize("philly", 4000, seed=1, cluster=c, load=0.9, vcs=True, shared_span=True)
+    # The same jobs (sizes, runtimes, VCs), only their submission times differ.
+    assert sorted((j.tenant, j.gpus, j.duration_s) for j in w.jobs) == sorted(
+        (j.tenant, j.gpus, j.duration_s) for j in own.jobs)
+    offered = sum(j.gpus * (j.duration_s + sum(j.failed_attempts_s)) for j in w.jobs)
+    span = max(j.submit_time_s for j in w.jobs)
+    assert offered / (c.total_gpus * span) == pytest.approx(0.9, rel=0.02)
+    # Every VC submits over (about) the whole span, instead of each over its own.
+    last: dict[str, float] = {}
+    for j in w.jobs:
+        last[j.tenant] = max(last.get(j.tenant, 0.0), j.submit_time_s)
+    busy = [t for t, n in collections.Counter(j.tenant for j in w.jobs).items() if n >= 100]
+    assert all(last[t] > 0.9 * span for t in busy)
+    with pytest.raises(ValueError, match=r"shared_span.*needs vcs"):
+        synthesize("philly", 100, seed=0, cluster=c, load=0.9, shared_span=True)

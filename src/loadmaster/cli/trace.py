@@ -195,6 +195,12 @@ def synth(
     borrow_limit: Annotated[int | None, typer.Option("--borrow-limit", min=0, help="With --vcs: GPUs a VC may "
                                                      "borrow beyond its quota when they are idle (default 0: "
                                                      "fixed quotas, as Philly's VCs).")] = None,
+    borrow_any: Annotated[bool, typer.Option("--borrow-any", help="With --vcs: VCs may borrow any idle GPUs "
+                                             "(borrowed jobs are preempted when their owner needs them back), "
+                                             "as Philly's VCs did.")] = False,
+    shared_span: Annotated[bool, typer.Option("--shared-span", help="With --vcs: every VC submits over one span, "
+                                              "so the whole cluster is offered --load and each VC what its draws "
+                                              "add up to (for VCs that borrow).")] = False,
 ) -> None:
     """Write a synthetic workload in the canonical CSV, following a published trace's statistics."""
     if like not in LIKES:
@@ -209,11 +215,14 @@ def synth(
     if vcs and (cluster is None or load is None):
         raise ValueError("--vcs: quotas are shares of a cluster and each VC offers a load on its own: add "
                          "--cluster (e.g. --cluster philly) and --load (e.g. --load 0.9)")
-    if not vcs and (quotas_out is not None or borrow_limit is not None):
-        raise ValueError("--quotas-out/--borrow-limit: these describe --vcs quotas; add --vcs or leave them out")
+    if not vcs and (quotas_out is not None or borrow_limit is not None or borrow_any or shared_span):
+        raise ValueError("--quotas-out/--borrow-limit/--borrow-any/--shared-span: these describe --vcs; add --vcs "
+                         "or leave them out")
+    if borrow_any and borrow_limit is not None:
+        raise ValueError("--borrow-any and --borrow-limit contradict each other: give one")
     shaped_for = load_cluster(cluster) if cluster is not None else None
     workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands,
-                          cluster=shaped_for, vcs=vcs)
+                          cluster=shaped_for, vcs=vcs, shared_span=shared_span)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(workload.jobs, out)
     if vcs:
@@ -221,7 +230,8 @@ def synth(
         quota_path = quotas_out or out.with_name(out.stem + ".quotas.yaml")
         quota_path.parent.mkdir(parents=True, exist_ok=True)
         lines = ["# fixed VC quotas for `sim run --quotas`, written by `trace synth --vcs`", "tenants:"]
-        lines += [f"  '{vc}': {{gpus: {g}, borrow_limit: {borrow_limit or 0}}}"
+        limit = "null" if borrow_any else borrow_limit or 0
+        lines += [f"  '{vc}': {{gpus: {g}, borrow_limit: {limit}}}"
                   for vc, g in vc_quotas(like, shaped_for).items()]
         quota_path.write_text("\n".join(lines) + "\n")
         console.print(f"wrote the VC quotas to {quota_path}", highlight=False)

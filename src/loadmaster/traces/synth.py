@@ -351,6 +351,7 @@ def synthesize(
     cpu_demands: bool = False,
     cluster: Cluster | None = None,
     vcs: bool = False,
+    shared_span: bool = False,
 ) -> Workload:
     """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
 
@@ -378,6 +379,9 @@ def synthesize(
     quota / mean job GPU-time, not to the reference trace's job rates), no job asks for more than its VC's
     quota, and a share of each VC's jobs arrive in bursts (one user, one size, within about an hour) on top
     of the day/night and weekday cycle. Sizes, runtimes, statuses and attempts are drawn as without it.
+    shared_span=True (with vcs): every VC submits over one span, chosen so that the whole cluster is offered
+    `load`; each VC then offers what its draws add up to (the same jobs, other submission times), which is
+    the workload for VCs that borrow each other's idle GPUs.
     """
     profile = PROFILES.get(like)
     if profile is None:
@@ -404,7 +408,9 @@ def synthesize(
                              "cluster and load")
         if not profile.vc_servers:
             raise ValueError(f"vcs: profile {profile.name} has no virtual clusters")
-        return _generate_vcs(profile, jobs, seed, cluster, load, cpu_demands)
+        return _generate_vcs(profile, jobs, seed, cluster, load, cpu_demands, shared_span)
+    if shared_span:
+        raise ValueError("shared_span: an arrival span shared by the virtual clusters needs vcs")
     return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands, cluster)
 
 
@@ -428,7 +434,7 @@ def vc_quotas(like: str, cluster: Cluster) -> dict[str, int]:
 
 
 def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: float,
-                  cpu_demands: bool) -> Workload:
+                  cpu_demands: bool, shared_span: bool = False) -> Workload:
     """The VC mode of synthesize(): see there. Same draws as _generate, then bursts and the VCs' caps."""
     quotas = vc_quotas(profile.name, cluster)
     names = [t.name for t in profile.tenants]
@@ -468,6 +474,10 @@ def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: f
     quota = np.array([quotas[v] for v in names], dtype=np.float64)
     # A VC rounded down to no GPUs on a small cluster submits nothing (its rate is 0): no span either.
     spans = np.divide(vc_gpu_s, quota * load, out=np.zeros(len(names)), where=quota > 0)
+    if shared_span:
+        # Philly's VCs submitted over one window, and borrowing let a busy VC use what a quiet one left idle:
+        # the cluster offers `load`, each VC whatever its draws add up to (busy and quiet VCs side by side).
+        spans = np.where(quota > 0, float(vc_gpu_s.sum()) / (float(quota.sum()) * load), 0.0)
     submit = np.zeros(n)
     for v in range(len(names)):
         mine = np.flatnonzero(tenant == v)
@@ -491,7 +501,9 @@ def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: f
     report = workload.report
     report.notes.append(
         f"virtual clusters: {len(names)} with fixed quotas ({', '.join(f'{v} {quotas[v]}' for v in names)} GPUs), "
-        f"each offering load {load:g} on its quota over its own span; {profile.burst_share:.0%} of jobs in bursts"
+        + (f"submitting over one span: load {load:g} on the whole cluster, each VC what its draws add up to"
+           if shared_span else f"each offering load {load:g} on its quota over its own span")
+        + f"; {profile.burst_share:.0%} of jobs in bursts"
     )
     report.notes.append(f"spans {spans.min() / DAY_S:.2f} to {span / DAY_S:.2f} days, "
                         f"{gpu_seconds / 3600:.0f} GPU-hours offered")

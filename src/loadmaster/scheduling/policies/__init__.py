@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.drf import DrfPolicy
-from loadmaster.scheduling.policies.fair import FairPolicy
+from loadmaster.scheduling.policies.fair import FairFifoPolicy, FairPolicy
 from loadmaster.scheduling.policies.fifo import FifoPolicy
 from loadmaster.scheduling.policies.las import HetLasPolicy, LasPolicy
 from loadmaster.scheduling.policies.las_gavel import GavelLasPolicy
@@ -18,6 +18,7 @@ POLICIES: dict[str, Callable[[], Policy]] = {
     "fifo": FifoPolicy,
     "fifo-strict": lambda: FifoPolicy(strict=True),
     "fair": FairPolicy,
+    "fair-fifo": FairFifoPolicy,
     "srtf": SrtfPolicy,
     "las": LasPolicy,
     "las-het": HetLasPolicy,
