@@ -187,3 +187,27 @@ def test_requests_that_ask_together_share_one_token_read_made_after_they_asked(d
     failed = asyncio.run(each(token, token, other))
     assert all(isinstance(e, OperationalError) for e in failed)  # each request answers the store's error (503)
     store.close()
+
+
+def test_a_submissions_answer_built_from_its_row_is_the_stored_jobs_summary(db_url: str) -> None:
+    """api/models.submitted(): the answer built from queue_row()'s dict, before the commit, says what the job
+    read back after it says (the listing's summary of the same job)."""
+    from loadmaster.platform.api.models import Submitted, submitted, summary
+    from loadmaster.platform.store.jobs import queue_row
+
+    store = Store.open(db_url)
+    tid, _ = _tenant(store)
+    array = parse_manifest({"name": "sweep", "command": ["python", "train.py"], "array": "0-2",
+                            "resources": {"gpus": 3}})
+    with store.session() as s:
+        single = submitted(queue_row(s, tid, MANIFEST, 5.0, job_id="j-one", user="ann"), "vision", [])
+        first = queue_row(s, tid, array.model_copy(update={"array_index": 0, "array_job": "j-arr"}), 6.0,
+                          job_id="j-arr", user="")
+        in_array = submitted(first, "vision", ["j-arr", "j-arr1"])
+    with store.session() as s:
+        for answer, job_id, tasks in ((single, "j-one", []), (in_array, "j-arr", ["j-arr", "j-arr1"])):
+            stored = s.get(Job, job_id)
+            assert stored is not None
+            assert answer == Submitted(**summary(stored, "vision").model_dump(), array_tasks=tasks)
+    assert single.gpus == 4 and single.user == "ann" and in_array.array_index == 0 and in_array.gpus == 3
+    store.close()
