@@ -113,3 +113,39 @@ def test_read_modify_write_sessions_lose_no_update(db_url: str) -> None:
         assert job is not None and job.preemptions == 80 and job.allocation is None
         assert s.scalars(select(Job.id).where(Job.allocation.is_(None))).all() == [job_id]  # SQL NULL, not 'null'
     store.close()
+
+
+def test_a_pooled_postgresql_connection_idle_past_the_limit_is_pinged_and_replaced(
+        pg_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """store/db._ping_when_idle: a connection that waited in the pool is pinged before use (a lost one is
+    replaced, nobody sees an error); one just handed back is not, and if it was lost meanwhile its
+    transaction fails with a transient() error, after which the pool has dropped the stale connections."""
+    from sqlalchemy import select, text
+    from sqlalchemy.exc import SQLAlchemyError
+
+    from loadmaster.platform.store import db
+
+    store = Store.open(pg_url)
+
+    def kill_connections() -> None:  # from outside the pool: every pooled connection is lost
+        killer = Store.open(pg_url, migrate_schema=False)
+        with killer.engine.connect() as c:
+            c.execute(text("SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = "
+                           "current_database() AND pid <> pg_backend_pid()"))
+        killer.close()
+
+    def one() -> int | None:
+        with store.session() as s:
+            return s.scalar(select(1))
+
+    assert one() == 1
+    monkeypatch.setattr(db, "IDLE_PING_S", 0.0)  # every pooled connection counts as idle: pinged
+    kill_connections()
+    assert one() == 1
+    monkeypatch.setattr(db, "IDLE_PING_S", 3600.0)  # none counts as idle: not pinged
+    kill_connections()
+    with pytest.raises(SQLAlchemyError) as lost:
+        one()
+    assert db.transient(lost.value)
+    assert one() == 1  # the stale connections were dropped with the failure
+    store.close()

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from sqlalchemy import select, text
-from sqlalchemy.exc import IntegrityError
+from sqlalchemy.exc import IntegrityError, OperationalError
 
 from loadmaster.platform.api.batching import GroupCommit
 from loadmaster.platform.manifest import parse_manifest
@@ -144,4 +144,70 @@ def test_a_bad_row_in_a_batch_fails_only_its_own_submission(db_url: str) -> None
     assert (a, c) == ("j-a", "j-b") and isinstance(b, IntegrityError) and woken
     with store.session() as s:
         assert sorted(s.scalars(select(Job.id))) == ["j-a", "j-b"]
+    store.close()
+
+
+def test_requests_that_ask_together_share_one_token_read_made_after_they_asked(db_url: str) -> None:
+    """Authenticator.shared: one read per distinct token for the requests that ask in the same turn of the
+    event loop, each answered as its own read would; a revoke before the next turn holds at its requests."""
+    from loadmaster.platform.api.context import Authenticator
+
+    store = Store.open(db_url)
+    _, token = _tenant(store)
+    _, other = _tenant(store, "speech")
+    auth = Authenticator(store)
+    reads: list[dict[str, object]] = []
+    first = auth.reader.first
+
+    def counted(params: dict[str, object]) -> tuple[object, ...] | None:
+        reads.append(params)
+        return first(params)
+
+    auth.reader.first = counted  # type: ignore[method-assign]
+
+    async def together(*tokens: str) -> list[object]:
+        return list(await asyncio.gather(*(auth.shared(t) for t in tokens)))
+
+    answers = asyncio.run(together(*[token] * 10, *[other] * 3, "lm_nobody", "lm_nobody"))
+    assert len(reads) == 3  # one per distinct token, not one per request
+    assert answers == [authenticate_by(auth.reader, t) for t in [*[token] * 10, *[other] * 3, "lm_nobody", "lm_nobody"]]
+    assert answers[0] is not None and answers[10] is not None and answers[-1] is None
+    with store.session() as s:
+        revoke_tokens(s, "vision", "default")
+    assert asyncio.run(together(token, token, other)) == [None, None, answers[10]]  # a new read: the revoke holds
+
+    def broken(params: dict[str, object]) -> None:
+        raise OperationalError("SELECT", params, Exception("the store went away"))
+
+    auth.reader.first = broken  # type: ignore[method-assign]
+
+    async def each(*tokens: str) -> list[object]:
+        return list(await asyncio.gather(*(auth.shared(t) for t in tokens), return_exceptions=True))
+
+    failed = asyncio.run(each(token, token, other))
+    assert all(isinstance(e, OperationalError) for e in failed)  # each request answers the store's error (503)
+    store.close()
+
+
+def test_a_submissions_answer_built_from_its_row_is_the_stored_jobs_summary(db_url: str) -> None:
+    """api/models.submitted(): the answer built from queue_row()'s dict, before the commit, says what the job
+    read back after it says (the listing's summary of the same job)."""
+    from loadmaster.platform.api.models import Submitted, submitted, summary
+    from loadmaster.platform.store.jobs import queue_row
+
+    store = Store.open(db_url)
+    tid, _ = _tenant(store)
+    array = parse_manifest({"name": "sweep", "command": ["python", "train.py"], "array": "0-2",
+                            "resources": {"gpus": 3}})
+    with store.session() as s:
+        single = submitted(queue_row(s, tid, MANIFEST, 5.0, job_id="j-one", user="ann"), "vision", [])
+        first = queue_row(s, tid, array.model_copy(update={"array_index": 0, "array_job": "j-arr"}), 6.0,
+                          job_id="j-arr", user="")
+        in_array = submitted(first, "vision", ["j-arr", "j-arr1"])
+    with store.session() as s:
+        for answer, job_id, tasks in ((single, "j-one", []), (in_array, "j-arr", ["j-arr", "j-arr1"])):
+            stored = s.get(Job, job_id)
+            assert stored is not None
+            assert answer == Submitted(**summary(stored, "vision").model_dump(), array_tasks=tasks)
+    assert single.gpus == 4 and single.user == "ann" and in_array.array_index == 0 and in_array.gpus == 3
     store.close()

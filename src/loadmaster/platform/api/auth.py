@@ -29,7 +29,7 @@ async def principal(
     if creds is None or not creds.credentials:
         raise ApiError(401, "no token: send 'Authorization: Bearer TOKEN' (the CLI reads LOADMASTER_TOKEN)",
                        [("Authorization", "missing")], headers=_CHALLENGE)
-    found = ctx.auth.principal(creds.credentials)
+    found = await ctx.auth.shared(creds.credentials)
     if found is None:
         raise ApiError(401, "the server does not know this token: use a token printed by `loadmaster tenant "
                             "create` (or the admin token)", [("Authorization", "unknown token")], headers=_CHALLENGE)

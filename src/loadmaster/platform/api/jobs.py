@@ -27,12 +27,13 @@ from loadmaster.platform.api.models import (
     attempt_out,
     duration_fields,
     progress_out,
+    submitted,
     summary,
     transition_out,
 )
 from loadmaster.platform.api.submission import bounded_body, decode_manifest
 from loadmaster.platform.manifest import JobManifest, ManifestError, array_tasks
-from loadmaster.platform.store.jobs import new_job_id, queue_job
+from loadmaster.platform.store.jobs import new_job_id, queue_row
 from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
 from loadmaster.platform.store.tenants import Principal, get_tenant
 from loadmaster.platform.tenancy import resolve_paths, tenant_area
@@ -145,9 +146,8 @@ async def submit(request: Request, ctx: Ctx, who: Who,
 
     def write(s: Session) -> Submitted:
         _check_dependencies(s, manifest, by.tenant_id)
-        jobs = [queue_job(s, by.tenant_id, task, now, job_id=task_id, user=by.user) for task, task_id in tasks]
-        return Submitted(**summary(jobs[0], by.tenant).model_dump(),
-                         array_tasks=[j.id for j in jobs] if manifest.array is not None else [])
+        rows = [queue_row(s, by.tenant_id, task, now, job_id=task_id, user=by.user) for task, task_id in tasks]
+        return submitted(rows[0], by.tenant, [r["id"] for r in rows] if manifest.array is not None else [])
 
     # The job and its first history row, written at commit in one INSERT per table with the submissions that
     # arrived meanwhile (group commit); the loop is woken once the batch is committed.

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+from functools import partial
 from typing import Annotated, Any
 
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
@@ -351,16 +353,28 @@ def gpus_per_learner(job: Job) -> int:
 
 
 def summary(job: Job, tenant: str) -> JobSummary:
-    per = gpus_per_learner(job)
-    return JobSummary(
-        id=job.id, name=job.name, tenant=tenant, user=job.user or "", status=JobStatus(job.status),
-        status_reason=job.status_reason,
-        wait_reason=job.wait_reason, priority=job.priority, learners=job.learners, gpus_per_learner=per,
-        gpus=per * job.learners, submitted_at=job.submitted_at, queued_since=job.queued_since,
-        first_started_at=job.first_started_at, finished_at=job.finished_at, attempts=job.attempts,
-        failures=job.failures, preemptions=job.preemptions, cancel_requested=job.cancel_requested,
-        halt_requested=job.halt_requested, target_learners=job.target_learners,
-        array_job=job.manifest.get("array_job"), array_index=job.manifest.get("array_index"),
+    return JobSummary(**_summary_fields(partial(getattr, job), tenant))
+
+
+def submitted(row: Mapping[str, Any], tenant: str, array_tasks: list[str]) -> Submitted:
+    """The answer to a submission, from the job's row as store/jobs.queue_row() will write it: no ORM object
+    and one model built (the submission path is hot); a column the row leaves out is unset (None)."""
+    return Submitted(**_summary_fields(row.get, tenant), array_tasks=array_tasks)
+
+
+def _summary_fields(get: Callable[[str], Any], tenant: str) -> dict[str, Any]:
+    manifest = get("manifest")
+    per = int((manifest.get("resources") or {}).get("gpus", 1))
+    learners = get("learners")
+    return dict(
+        id=get("id"), name=get("name"), tenant=tenant, user=get("user") or "", status=JobStatus(get("status")),
+        status_reason=get("status_reason"),
+        wait_reason=get("wait_reason"), priority=get("priority"), learners=learners, gpus_per_learner=per,
+        gpus=per * learners, submitted_at=get("submitted_at"), queued_since=get("queued_since"),
+        first_started_at=get("first_started_at"), finished_at=get("finished_at"), attempts=get("attempts"),
+        failures=get("failures"), preemptions=get("preemptions"), cancel_requested=get("cancel_requested"),
+        halt_requested=get("halt_requested"), target_learners=get("target_learners"),
+        array_job=manifest.get("array_job"), array_index=manifest.get("array_index"),
     )
 
 

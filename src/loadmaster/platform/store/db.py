@@ -12,6 +12,7 @@ lock_timeout=MS` in the URL changes it).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,7 +21,7 @@ from typing import Any
 
 from sqlalchemy import Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError
+from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -84,6 +85,36 @@ def _sqlite_begin(conn: Any) -> None:
     conn.exec_driver_sql("BEGIN IMMEDIATE" if conn.get_execution_options().get(IMMEDIATE) else "BEGIN")
 
 
+IDLE_PING_S = 1.0
+_CHECKED_IN = "loadmaster_checked_in"  # a pooled connection's info key: when it was last handed back
+
+
+def _ping_when_idle(engine: Engine) -> None:
+    """A PostgreSQL connection that waited in the pool longer than IDLE_PING_S is pinged before it is used,
+    and replaced if the ping fails (SQLAlchemy's pessimistic recipe, as pool_pre_ping, but not on every
+    checkout): pool_pre_ping's round trip on each checkout was paid by every transaction, a group commit's
+    and each control-loop step's, though a connection handed back a moment ago is there. One lost within
+    that moment (the server restarted) fails its transaction as a transient() error, which the API and the
+    loop try again, and SQLAlchemy then drops every connection older than the failure."""
+
+    def checkin(_dbapi_conn: Any, record: Any) -> None:
+        if record is not None:
+            record.info[_CHECKED_IN] = time.monotonic()
+
+    def checkout(dbapi_conn: Any, record: Any, _proxy: Any) -> None:
+        since = record.info.get(_CHECKED_IN)
+        if since is None or time.monotonic() - since < IDLE_PING_S:  # just connected, or just used
+            return
+        try:
+            engine.dialect.do_ping(dbapi_conn)
+        except engine.dialect.loaded_dbapi.Error as err:  # the pool drops it and tries a new connection
+            raise DisconnectionError(f"a pooled connection idle {time.monotonic() - since:.0f} s is gone: {err}"
+                                     ) from err
+
+    event.listen(engine, "checkin", checkin)
+    event.listen(engine, "checkout", checkout)
+
+
 def make_engine(url: str) -> Engine:
     url = normalise_url(url)
     try:
@@ -105,8 +136,8 @@ def make_engine(url: str) -> Engine:
         # A lock held too long (a stuck transaction, an operator's LOCK TABLE) fails the waiting statement
         # instead of stalling the loop or an API worker for ever; the URL's own options win.
         connect_args = {} if "options" in parsed.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
-        engine = create_engine(url, pool_pre_ping=True, pool_size=10, max_overflow=20, pool_timeout=10,
-                               connect_args=connect_args)
+        engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, connect_args=connect_args)
+        _ping_when_idle(engine)
     else:
         raise StoreError(f"--db {url!r}: only sqlite:// and postgresql:// databases are supported")
     return engine

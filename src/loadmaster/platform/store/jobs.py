@@ -38,10 +38,17 @@ def queue_job(s: Session, tenant_id: int, manifest: JobManifest, now: float, *, 
     one INSERT per table with the other jobs the transaction queued (changes.insert_at_commit), which costs
     a fraction of the ORM's flush of each object. The Job returned is the row as it will be written, not in
     the session: a read in the same transaction does not find the job before the commit."""
+    return Job(**queue_row(s, tenant_id, manifest, now, job_id=job_id, user=user))
+
+
+def queue_row(s: Session, tenant_id: int, manifest: JobManifest, now: float, *, job_id: str,
+              user: str) -> dict[str, Any]:
+    """queue_job() returning the job's row as a dict of column values (the caller must not change it): no
+    ORM object is built (that cost as much as the rest of the write, for the submission's answer alone)."""
     values = _job_values(tenant_id, manifest, now, job_id, user)
     insert_at_commit(s, Job, values)
     insert_at_commit(s, Transition, _first_entry(job_id, now))
-    return Job(**values)
+    return values
 
 
 def _job_values(tenant_id: int, manifest: JobManifest, now: float, job_id: str, user: str) -> dict[str, Any]:

@@ -1,7 +1,7 @@
 """One prebuilt SELECT run straight on a driver connection of its own, in autocommit.
 
 For a read made on every request (the API's token check): an Engine connection costs more than the read
-itself (the pool's checkout, on PostgreSQL its pre-ping round trip, a BEGIN, the result machinery). Here the
+itself (the pool's checkout, on PostgreSQL its ping of an idle connection, a BEGIN, the result machinery). Here the
 statement is compiled once and its rows converted by the column types' own result processors, so a row
 reads as it would through SQLAlchemy. Autocommit: no transaction outlives a read, so each read sees every
 commit made before it (a token revoked fails at its next request). Driver errors are raised as SQLAlchemy's
@@ -77,7 +77,7 @@ class PlainRead:
         try:
             driver: Any = conn.driver_connection
             if self.engine.dialect.name == "postgresql":
-                driver.rollback()  # the pool's pre-ping may have opened a transaction
+                driver.rollback()  # the pool's ping (store/db.py) may have opened a transaction
                 driver.autocommit = True
             # SQLite's connections are in autocommit already (store/db.py: isolation_level None, BEGIN by hand).
         except BaseException:

@@ -234,7 +234,12 @@ def token_reader(engine: Engine) -> PlainRead:
 
 def authenticate_by(reader: PlainRead, token: str, now: float | None = None) -> Principal | None:
     """authenticate() through token_reader()'s read: one indexed read that sees every commit before it."""
-    return _principal(reader.first({"digest": hash_token(token)}), now)
+    return authenticate_digest(reader, hash_token(token), now)
+
+
+def authenticate_digest(reader: PlainRead, digest: str, now: float | None = None) -> Principal | None:
+    """authenticate_by() for a token already hashed (hash_token): one read answers every request with it."""
+    return _principal(reader.first({"digest": digest}), now)
 
 
 def _principal(row: Sequence[Any] | None, now: float | None) -> Principal | None:
