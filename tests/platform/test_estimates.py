@@ -171,7 +171,8 @@ def test_the_pause_after_a_forecast_grows_with_what_it_cost(sqlite_url: str, tmp
     try:
         now = [NOW]
         estimator = Estimator(env.store, interval_s=5.0, duty=0.1, clock=lambda: now[0])
-        snap = _snapshot((_running("r", 4, 600.0),), (_queued("a", 2, 4, 300.0, NOW),))
+        job = env.submit(command=["true"])  # its estimate is recorded against its row
+        snap = _snapshot((_running("r", 4, 600.0),), (_queued(job, 2, 4, 300.0, NOW),))
         estimator.run_now(snap, make_policy("fifo"), make_placer("pack"))
         estimator.mark_stale()
         assert estimator.last_cost_s < 0.5  # a forecast this small costs far less than interval_s * duty
