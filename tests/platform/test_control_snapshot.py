@@ -267,3 +267,23 @@ def test_the_builders_session_decides_as_decide_does_round_after_round(
             builder.update(r.job_id, None)
             del inputs[r.job_id]
             known.pop(r.job_id, None)
+
+
+def test_ports_cool_down_in_the_order_they_were_given_back_and_a_start_skips_the_cooling_ones() -> None:
+    clock = [NOW]
+    bookings = Bookings(lambda: clock[0])
+    given: list[int] = []
+    for i in range(300):  # a stream of short jobs: hundreds of ports cooling at once
+        port = bookings.pick_port(set())
+        assert port not in given
+        bookings.book(f"j{i}", _doc_on(port, ("n0", [0])))
+        bookings.release(f"j{i}", _doc_on(port, ("n0", [0])))
+        given.append(port)
+        clock[0] += 0.05
+    assert len(bookings.cooling) == 300 and set(given) <= bookings.busy_ports()
+    clock[0] = NOW + PORT_COOLDOWN_S + 5.025  # the first 101 have cooled down, the rest not yet
+    busy = bookings.busy_ports()
+    assert not set(given[:101]) & busy and set(given[101:]) <= busy
+    assert list(bookings.cooling) == given[101:]
+    taken = bookings.pick_port({given[0]})
+    assert taken not in given[101:] and taken != given[0]

@@ -164,3 +164,27 @@ def test_estimator_records_only_estimates_that_moved(sqlite_url: str, tmp_path: 
         assert made == pytest.approx([600.0, 700.0], abs=22.5)
     finally:
         env.close()
+
+
+def test_the_pause_after_a_forecast_grows_with_what_it_cost(sqlite_url: str, tmp_path: Path) -> None:
+    env = make_env(sqlite_url, tmp_path)
+    try:
+        now = [NOW]
+        estimator = Estimator(env.store, interval_s=5.0, duty=0.1, clock=lambda: now[0])
+        job = env.submit(command=["true"])  # its estimate is recorded against its row
+        snap = _snapshot((_running("r", 4, 600.0),), (_queued(job, 2, 4, 300.0, NOW),))
+        estimator.run_now(snap, make_policy("fifo"), make_placer("pack"))
+        estimator.mark_stale()
+        assert estimator.last_cost_s < 0.5  # a forecast this small costs far less than interval_s * duty
+        now[0] = NOW + 5.0
+        assert estimator.wants(now[0])  # the interval alone paces cheap forecasts
+        estimator.last_cost_s = 2.0  # one as costly as 10,000 queued jobs make it
+        assert not estimator.wants(now[0])
+        now[0] = NOW + 19.0
+        assert not estimator.wants(now[0])
+        now[0] = NOW + 20.5  # 2 s of cost at a tenth of a core: 20 s
+        assert estimator.wants(now[0])
+        with pytest.raises(ValueError, match="duty"):
+            Estimator(env.store, duty=0.0)
+    finally:
+        env.close()

@@ -6,9 +6,12 @@ and placer decide. Each queued job's simulated start is its estimate.
 
 A forecast costs one decide() per simulated event, too much for every round, so it runs in a child process
 on a copy of the policy and placer (the child dies with the server, however the server dies): at most once
-every `interval_s`, and only when the queue changed since the last one. To bound the number of events, the
-remaining time of every job is rounded to a quantum (a twentieth of the median remaining time, between
-0.1 s and 5 minutes): jobs then end together on a grid, and estimates are good to about that quantum.
+every `interval_s`, and only when the queue changed since the last one. Its cost grows with the queue (the
+copy taken in the loop's thread, the forecast in the child), so the pause after a forecast also grows with
+what the last one cost: at least cost / `duty`, so that estimating takes at most about that share of a
+core however long the queue (with a stream of tiny jobs the queue changes every round). To bound the number
+of events, the remaining time of every job is rounded to a quantum (a twentieth of the median remaining
+time, between 0.1 s and 5 minutes): jobs then end together on a grid, and estimates are good to about that quantum.
 
 Estimates are recorded in the Estimate table when they first exist and when they move by more than a tenth
 of the time still to wait (at least `min_record_delta_s`), so that the error against the actual start can
@@ -92,6 +95,7 @@ class Forecasted:
     starts: dict[str, float | None]
     decisions: int
     took_s: float
+    loaded_s: float = 0.0  # of took_s, reading the payload (the first in a new process imports the scheduler)
 
 
 def forecast_payload(payload: bytes, horizon_s: float, max_decisions: int | None,
@@ -99,9 +103,10 @@ def forecast_payload(payload: bytes, horizon_s: float, max_decisions: int | None
     """Run one forecast from dumps()'s bytes (in the estimator's process, or in this one)."""
     started = time.perf_counter()
     snap, policy, placer = pickle.loads(payload)
+    loaded = time.perf_counter()
     result = forecast(coarsen(snap, quantum_of(snap)), policy, placer, horizon_s=horizon_s,
                       max_decisions=max_decisions, between=between)
-    return Forecasted(dict(result.starts), result.decisions, time.perf_counter() - started)
+    return Forecasted(dict(result.starts), result.decisions, time.perf_counter() - started, loaded - started)
 
 
 def _die_with(parent: int) -> None:
@@ -148,9 +153,12 @@ class Estimator:
 
     def __init__(self, store: Store, *, interval_s: float = 5.0, horizon_s: float = DEFAULT_HORIZON_S,
                  max_decisions: int | None = 5000, min_record_delta_s: float = 1.0,
-                 clock: Callable[[], float] = time.time, in_process: bool = False) -> None:
+                 clock: Callable[[], float] = time.time, in_process: bool = False, duty: float = 0.1) -> None:
+        if not 0 < duty <= 1:
+            raise ValueError(f"duty must be in (0, 1], got {duty!r}")
         self.store = store
         self.interval_s = interval_s
+        self.duty = duty  # the share of a core forecasts may take: the pause after one is at least its cost / duty
         self.horizon_s = horizon_s
         self.max_decisions = max_decisions
         self.min_record_delta_s = min_record_delta_s
@@ -159,6 +167,10 @@ class Estimator:
         self.latest: Mapping[str, float | None] = MappingProxyType({})
         self.forecasts = 0
         self.last_forecast_s = 0.0  # how long the last forecast took where it ran
+        # What the last forecast cost, for the pause after it: the copy in the loop's thread and the forecast
+        # itself (not the child's reading of the copy: its first one imports the scheduler, once).
+        self.last_cost_s = 0.0
+        self._dump_s = 0.0
         self._recorded: dict[str, float | None] = {}
         self._stale = False
         self._ran_at = -math.inf
@@ -189,13 +201,16 @@ class Estimator:
     def wants(self, now: float) -> bool:
         """True if the loop should offer a snapshot now (stale, idle, and the interval has passed)."""
         with self._cv:
-            return self._stale and not self._busy and self._offer is None and now - self._ran_at >= self.interval_s
+            pause = max(self.interval_s, self.last_cost_s / self.duty)
+            return self._stale and not self._busy and self._offer is None and now - self._ran_at >= pause
 
     def offer(self, snap: Snapshot, policy: Policy, placer: Placer) -> None:
         """Forecast from `snap` with the policy and placer as they are now (copied here, in the caller's
         thread, while nothing else uses them)."""
+        started = time.perf_counter()
         payload = dumps(snap, policy, placer)
         with self._cv:
+            self._dump_s = time.perf_counter() - started
             self._stale = False
             self._offer = _Offer(snap.clock, payload)
             self._cv.notify()
@@ -278,6 +293,8 @@ class Estimator:
         self.forecasts += 1
         self._ran_at = self.clock()
         self.last_forecast_s = done.took_s
+        with self._cv:
+            self.last_cost_s = self._dump_s + done.took_s - done.loaded_s
         self._record(offer.clock, done.starts)
 
     def _record(self, made_at: float, starts: Mapping[str, float | None]) -> None:

@@ -29,35 +29,37 @@ from pathlib import Path
 class JobDirs:
     root: Path  # the server's data directory
 
+    # Each path is made in one joinpath(), not a chain of `/` (a Path per step): the control loop makes a
+    # dozen of these per attempt it starts and ends.
     def job(self, job_id: str) -> Path:
-        return self.root / "jobs" / job_id
+        return self.root.joinpath("jobs", job_id)
 
     def work(self, job_id: str) -> Path:
-        return self.job(job_id) / "work"
+        return self.root.joinpath("jobs", job_id, "work")
 
     def tenant_home(self, tenant: str) -> Path:
-        return self.root / "tenants" / tenant
+        return self.root.joinpath("tenants", tenant)
 
     def checkpoints(self, job_id: str) -> Path:
-        return self.job(job_id) / "checkpoints"
+        return self.root.joinpath("jobs", job_id, "checkpoints")
 
     def data(self, job_id: str) -> Path:
-        return self.job(job_id) / "data"
+        return self.root.joinpath("jobs", job_id, "data")
 
     def results(self, job_id: str) -> Path:
-        return self.job(job_id) / "results"
+        return self.root.joinpath("jobs", job_id, "results")
 
     def attempt(self, job_id: str, attempt: int) -> Path:
-        return self.job(job_id) / f"attempt-{attempt}"
+        return self.root.joinpath("jobs", job_id, f"attempt-{attempt}")
 
     def logs(self, job_id: str, attempt: int) -> Path:
-        return self.attempt(job_id, attempt) / "logs"
+        return self.root.joinpath("jobs", job_id, f"attempt-{attempt}", "logs")
 
     def code(self, job_id: str, attempt: int) -> Path:
-        return self.attempt(job_id, attempt) / "code"
+        return self.root.joinpath("jobs", job_id, f"attempt-{attempt}", "code")
 
     def reports(self, job_id: str, attempt: int) -> Path:
-        return self.attempt(job_id, attempt) / "reports"
+        return self.root.joinpath("jobs", job_id, f"attempt-{attempt}", "reports")
 
     def log_file(self, job_id: str, attempt: int, rank: int) -> Path:
-        return self.logs(job_id, attempt) / f"rank-{rank}.log"
+        return self.root.joinpath("jobs", job_id, f"attempt-{attempt}", "logs", f"rank-{rank}.log")

@@ -17,7 +17,7 @@ exited may leave it in TIME_WAIT, and a late one may still be closing it.
 from __future__ import annotations
 
 import socket
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Container, Iterable, Mapping
 from typing import Any
 
 from loadmaster.core.cluster import Cluster
@@ -94,10 +94,9 @@ def _bindable(port: int, host: str) -> bool:
     return True
 
 
-def pick_master_port(in_use: Iterable[int], host: str = "127.0.0.1", after: int = PORT_BASE - PORT_STRIDE) -> int:
+def pick_master_port(used: Container[int], host: str = "127.0.0.1", after: int = PORT_BASE - PORT_STRIDE) -> int:
     """A port pair (port, port + 1) no other job of ours uses and that nothing on this machine listens on,
     looking from the pair after `after` on (round the range): a port just given back is tried last."""
-    used = set(in_use)
     count = PORT_SPAN // PORT_STRIDE
     first = ((after - PORT_BASE) // PORT_STRIDE + 1) % count
     for i in range(count):
@@ -150,19 +149,27 @@ class Bookings:
         port = int(doc.get("master_port", 0))
         if port and self.ports.get(port) == job_id:
             del self.ports[port]
+            self.cooling.pop(port, None)  # to the back: `cooling` stays in the order of cooling down
             self.cooling[port] = self.clock() + PORT_COOLDOWN_S
 
     def pick_port(self, also: set[int]) -> int:
         """A free port pair for a new gang (not one of `also`, taken by the same statement)."""
-        port = pick_master_port(self.busy_ports() | also, after=self.last_port)
+        self._cool_down()
+        port = pick_master_port(_InUse((self.ports, self.cooling, also)), after=self.last_port)
         self.last_port = port
         return port
 
     def busy_ports(self) -> set[int]:
-        now = self.clock()
-        for port in [p for p, until in self.cooling.items() if until <= now]:
-            del self.cooling[port]
+        self._cool_down()
         return set(self.ports) | set(self.cooling)
+
+    def _cool_down(self) -> None:
+        """Ports whose cool-down is over are free again. `cooling` is in the order ports were given back, so
+        in the order they cool down (a clock stepping back keeps some a little longer): the expired ones are
+        at its front, and a start looks at those alone, not at the thousands a stream of short jobs leaves."""
+        cooling = self.cooling
+        for port in list(_cooled(cooling, self.clock())):
+            del cooling[port]
 
     def held(self) -> HeldGpus:
         return {node: set(owned) for node, owned in self.owners.items()}
@@ -174,6 +181,24 @@ class Bookings:
             for job in owned.values():
                 count[job] = count.get(job, 0) + 1
         return count
+
+
+def _cooled(cooling: dict[int, float], now: float) -> Iterable[int]:
+    """The ports at the front of `cooling` whose cool-down is over."""
+    for port, until in cooling.items():
+        if until > now:
+            return
+        yield port
+
+
+class _InUse:
+    """Ports taken in any of several collections, looked up in place (no set made of them all)."""
+
+    def __init__(self, parts: tuple[Container[int], ...]) -> None:
+        self.parts = parts
+
+    def __contains__(self, port: object) -> bool:
+        return any(port in part for part in self.parts)
 
 
 def to_document(learners: list[LearnerSpec], master_port: int) -> dict[str, Any]:

@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from sqlalchemy import select
+from sqlalchemy import bindparam, select
 from sqlalchemy.orm import Session
 
 from loadmaster.platform.store.changes import number_now
@@ -32,6 +32,12 @@ log = logging.getLogger("loadmaster.control")
 
 T = TypeVar("T")
 Effect = Callable[[], None]
+
+# Built once: a round's prefetch runs them with its ids (building them anew each round cost more than running
+# them for a handful of jobs).
+_JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True))).with_for_update() \
+    .execution_options(populate_existing=True)
+_OPEN = select(Attempt).where(Attempt.job_id.in_(bindparam("ids", expanding=True)), Attempt.ended_at.is_(None))
 
 
 class _Careful(Exception):
@@ -108,10 +114,8 @@ class Batch:
         wanted = sorted(set(job_ids) - self._fetched)
         for start in range(0, len(wanted), 500):
             chunk = wanted[start:start + 500]
-            self._rows += self.s.execute(select(Job).where(Job.id.in_(chunk)).with_for_update()
-                                         .execution_options(populate_existing=True)).scalars().all()
-            for attempt in self.s.execute(select(Attempt).where(Attempt.job_id.in_(chunk),
-                                                                Attempt.ended_at.is_(None))).scalars():
+            self._rows += self.s.execute(_JOBS, {"ids": chunk}).scalars().all()
+            for attempt in self.s.execute(_OPEN, {"ids": chunk}).scalars():
                 self._open[(attempt.job_id, attempt.number)] = attempt
             self._fetched.update(chunk)
 

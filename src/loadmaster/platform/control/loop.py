@@ -296,6 +296,13 @@ class ControlLoop:
                 if now >= self._reconcile_at:
                     stage = "reconcile"
                     self._reconcile(now)
+                if report.events:
+                    # What this round committed (ends give GPUs back, requeues) is in the store, but the table
+                    # holds the rows as the sync above read them: an ended job's row still books its GPUs.
+                    # Read them again, so that this round's decision starts jobs on those GPUs instead of the
+                    # next round's (short jobs: a round less per job).
+                    stage = "sync"
+                    report.read += self._sync()
                 stage = "decide"
                 self._maybe_decide(now, woken)
                 stage = "progress"

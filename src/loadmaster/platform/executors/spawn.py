@@ -3,6 +3,7 @@ executor and the Ray host actor, which both are the shims' parents (or adopt the
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -127,7 +128,10 @@ def await_started(popen: ShimProcess, request: ShimRequest, deadline: float) -> 
             return last
         if time.monotonic() >= deadline:
             return "the learner did not start in time (the machine may be overloaded)"
-        time.sleep(delay)
+        # Waiting on the shim rather than sleeping: a learner as short as its start (the shim exits right after
+        # it) is seen at once instead of at the next look (a forked shim's end is its status pipe's).
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            popen.wait(timeout=delay)
         delay = min(delay * 2, 0.05)
 
 
