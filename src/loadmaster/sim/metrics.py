@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -117,21 +118,48 @@ JOB_COLUMNS = (
 )
 
 
-def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:.6g}"
-
-
 def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
+    """One row per job, as csv.writer writes it. Written for speed (117,000 rows cost about a second through
+    the record's properties, delay_classes() and csv.writer): the same values worked out inline and each
+    row joined by hand; a row whose text needs quoting goes through csv.writer."""
+    delay_class = _DELAY_CLASS
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(JOB_COLUMNS)
+        write = f.write
         for r in records:
             s = r.spec
-            d = delay_classes(r)
-            w.writerow([
-                s.job_id, s.tenant, s.user, s.model, _num(s.submit_time_s), s.learners, s.gpus,
-                _num(s.duration_s), r.status.value, _num(r.first_start_s), _num(r.finish_s), _num(r.jct_s),
-                _num(r.queue_delay_s), _num(r.total_wait_s), _num(d["fair_share"]), _num(d["fragmentation"]),
-                _num(d["capacity"]), r.last_wait_reason, r.attempts_run, r.preemptions, r.resizes, _num(r.gpu_s / 3600),
-                _num(r.gpu_s_failed / 3600), _num(r.rho), ";".join(r.failure_categories), r.reject_reason,
-            ])
+            submit = s.submit_time_s
+            first, finish = r.first_start_s, r.finish_s
+            fair = frag = cap = 0.0
+            for reason, seconds in r.wait_s.items():
+                cls = delay_class.get(reason, "capacity")
+                if cls == "fair_share":
+                    fair += seconds
+                elif cls == "fragmentation":
+                    frag += seconds
+                else:
+                    cap += seconds
+            jct = None if finish is None else finish - submit
+            rho = None if jct is None or r.ideal_s <= 0 else jct / r.ideal_s
+            row = [
+                s.job_id, s.tenant, s.user, s.model, f"{submit:.6g}", str(s.learners), str(s.gpus),
+                f"{s.duration_s:.6g}", r.status.value, "" if first is None else f"{first:.6g}",
+                "" if finish is None else f"{finish:.6g}", "" if jct is None else f"{jct:.6g}",
+                "" if first is None else f"{first - submit:.6g}", f"{sum(r.wait_s.values()):.6g}",
+                f"{fair:.6g}", f"{frag:.6g}", f"{cap:.6g}", r.last_wait_reason, str(r.attempts_run),
+                str(r.preemptions), str(r.resizes), f"{r.gpu_s / 3600:.6g}", f"{r.gpu_s_failed / 3600:.6g}",
+                "" if rho is None else f"{rho:.6g}", ";".join(r.failure_categories), r.reject_reason,
+            ]
+            line = ",".join(row)
+            if line.count(",") == _SEPARATORS and _QUOTED.search(line) is None:
+                write(line)
+                write("\r\n")
+            else:
+                w.writerow(row)
+
+
+# What makes csv.writer (QUOTE_MINIMAL) quote a field: a quote or a line break in it, or a comma (then the
+# joined row holds more commas than the separators).
+_QUOTED = re.compile(r'["\r\n]')
+_SEPARATORS = len(JOB_COLUMNS) - 1
