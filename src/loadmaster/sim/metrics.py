@@ -48,27 +48,74 @@ _DELAY_CLASS = {reason.value: reason.delay_class for reason in WaitReason}
 def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
     """The summary.json keys (../shared/DESIGN.md), plus the delay split and failure accounting."""
     records = result.records
-    status = Counter(r.status for r in records)
-    finished = [r for r in records if r.finished and r.first_start_s is not None]
-    jcts = [r.jct_s for r in finished if r.jct_s is not None]
-    completed_jcts = [r.jct_s for r in finished if r.status is JobStatus.COMPLETED and r.jct_s is not None]
-    started = [r for r in records if r.first_start_s is not None]
-    delays = [r.queue_delay_s for r in started if r.queue_delay_s is not None]
-    rhos = [r.rho for r in finished if r.rho is not None]
-    first_submit = min((r.spec.submit_time_s for r in records), default=0.0)
-    last_finish = max((r.finish_s for r in records if r.finish_s is not None), default=first_submit)
+    # One pass over the records instead of one per key through their properties (117,000 records cost
+    # half a second that way). Every number is added in the order it was before: the float results are
+    # the same to the last bit (sums of lists stay sum() of the same lists).
+    status = Counter[JobStatus]()
+    jcts: list[float] = []
+    completed_jcts: list[float] = []
+    delays: list[float] = []
+    rhos: list[float] = []
+    gpu_s: list[float] = []
+    failed_s: list[float] = []
+    lost_s: list[float] = []
+    attempts: list[int] = []
+    first_submit = last_finish = None
+    fair = frag = cap = 0.0
+    reasons: dict[str, float] = {}
+    delay_class = _DELAY_CLASS
+    rejected = unfinished = 0
+    completed = JobStatus.COMPLETED
+    for r in records:
+        submit = r.spec.submit_time_s
+        first, finish = r.first_start_s, r.finish_s
+        status[r.status] += 1
+        if first_submit is None or submit < first_submit:
+            first_submit = submit
+        if finish is None:
+            unfinished += 1
+        elif last_finish is None or finish > last_finish:
+            last_finish = finish
+        if first is not None:
+            delays.append(first - submit)
+            if finish is not None:
+                jct = finish - submit
+                jcts.append(jct)
+                if r.status is completed:
+                    completed_jcts.append(jct)
+                if r.ideal_s > 0:
+                    rhos.append(jct / r.ideal_s)
+        wait = r.wait_s
+        if wait:
+            f = g = c = 0.0
+            for reason, seconds in wait.items():
+                cls = delay_class.get(reason, "capacity")
+                if cls == "fair_share":
+                    f += seconds
+                elif cls == "fragmentation":
+                    g += seconds
+                else:
+                    c += seconds
+                reasons[reason] = seconds + reasons.get(reason, 0)
+            fair += f
+            frag += g
+            cap += c
+        if r.reject_reason:
+            rejected += 1
+        gpu_s.append(r.gpu_s)
+        failed_s.append(r.gpu_s_failed)
+        lost_s.append(r.gpu_s_lost)
+        attempts.append(r.attempts_run)
+    if first_submit is None:
+        first_submit = 0.0
+    if last_finish is None:
+        last_finish = first_submit
     makespan = max(0.0, last_finish - first_submit)
     capacity_gpu_s = result.cluster.total_gpus * max(result.end_s - first_submit, 1e-9)
-    classes = Counter[str]()
-    for r in records:
-        classes.update(delay_classes(r))
-    total_wait = sum(classes.values())
-    reasons = Counter[str]()
-    for r in records:
-        reasons.update(r.wait_s)
-    rejected = sum(1 for r in records if r.reject_reason)
-    gpu_h = sum(r.gpu_s for r in records) / 3600
-    failed_h = sum(r.gpu_s_failed for r in records) / 3600
+    total_wait = sum((fair, frag, cap))
+    classes = {"fair_share": fair, "fragmentation": frag, "capacity": cap}
+    gpu_h = sum(gpu_s) / 3600
+    failed_h = sum(failed_s) / 3600
     jobs = len(records)
     return {
         "jobs": jobs,
@@ -76,7 +123,7 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "failed": status[JobStatus.FAILED] - rejected,
         "cancelled": status[JobStatus.CANCELLED],
         "rejected": rejected,
-        "unfinished": sum(1 for r in records if not r.finished),
+        "unfinished": unfinished,
         "still_queued": status[JobStatus.QUEUED],
         "still_running": status[JobStatus.PROCESSING],
         "avg_jct_s": _mean(jcts),
@@ -102,8 +149,8 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "resizes": result.resizes,
         "gpu_hours": gpu_h,
         "gpu_hours_failed_attempts": failed_h,
-        "gpu_hours_lost_to_preemption": sum(r.gpu_s_lost for r in records) / 3600,
-        "attempts": sum(r.attempts_run for r in records),
+        "gpu_hours_lost_to_preemption": sum(lost_s) / 3600,
+        "attempts": sum(attempts),
         "decisions": result.decisions,
         "wall_time_s": wall_time_s,
         **result.mode_metrics,
