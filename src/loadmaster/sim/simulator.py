@@ -194,10 +194,12 @@ class _Run:
         loops = 0
         # Timeline.record() inline (once per loop, the call cost more than what it does).
         times, busy_gpus, queued_n = self.timeline.times, self.timeline.busy_gpus, self.timeline.queued
+        # The same objects for the whole run (emptied in place, never replaced): looked up once.
+        events, lives, running, queued = self.events, self.live, self.running, self.queued
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
-            t_event = self.events[0][0] if self.events else math.inf
-            t = min(t_arrival, t_event, min(next_round, next_wake) if self.queued else math.inf)
+            t_event = events[0][0] if events else math.inf
+            t = min(t_arrival, t_event, min(next_round, next_wake) if queued else math.inf)
             if t == math.inf or (until is not None and t > until):
                 break
             if t == next_round and t < min(quiet_until, t_arrival, t_event, next_wake):
@@ -208,12 +210,12 @@ class _Run:
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
                 self.arrive(next_arrival)
                 next_arrival += 1
-            while self.events and self.events[0][0] <= t:
-                _, _, idx, token = heapq.heappop(self.events)
-                live = self.live[idx]
-                if live is not None and live.token == token and live.view.job_id in self.running:
+            while events and events[0][0] <= t:
+                _, _, idx, token = heapq.heappop(events)
+                live = lives[idx]
+                if live is not None and live.token == token and live.view.spec.job_id in running:
                     self.end_attempt(live)
-            if self.queued or (self.growable and self.busy < self.cluster.total_gpus):
+            if queued or (self.growable and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
                 self.apply(plan)
                 next_wake = self.placer_wake(plan)
@@ -222,11 +224,11 @@ class _Run:
                     quiet_until = self.quiet_until(plan)
             if times and times[-1] == t:
                 busy_gpus[-1] = self.busy
-                queued_n[-1] = len(self.queued)
+                queued_n[-1] = len(queued)
             else:
                 times.append(t)
                 busy_gpus.append(self.busy)
-                queued_n.append(len(self.queued))
+                queued_n.append(len(queued))
             loops += 1
             if self.progress is not None and loops % 2000 == 0:
                 self.progress(self.clock, self.finished)
@@ -284,7 +286,8 @@ class _Run:
         self.records.append(record)
         submit = spec.submit_time_s
         live = _Live(idx, record, self.sim.failures.plan(spec), JobView(spec, submit, 1, None, 0.0, 0.0, submit))
-        self.smoke_first(live)
+        if self.sim.config.smoke_test_s > 0:
+            self.smoke_first(live)
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
