@@ -189,13 +189,19 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
                     cap += seconds
             jct = None if finish is None else finish - submit
             rho = None if jct is None or r.ideal_s <= 0 else jct / r.ideal_s
+            # Formatting a float costs most of a row; most of a row's waits and failed GPU time are 0, written
+            # "0" without it (sums of positive numbers from 0.0: never -0.0, which formats as "-0").
+            waited = sum(r.wait_s.values())
+            failed = r.gpu_s_failed / 3600
+            delay = None if first is None else first - submit
             row = [
                 s.job_id, s.tenant, s.user, s.model, f"{submit:.6g}", str(s.learners), str(s.gpus),
                 f"{s.duration_s:.6g}", r.status.value, "" if first is None else f"{first:.6g}",
                 "" if finish is None else f"{finish:.6g}", "" if jct is None else f"{jct:.6g}",
-                "" if first is None else f"{first - submit:.6g}", f"{sum(r.wait_s.values()):.6g}",
-                f"{fair:.6g}", f"{frag:.6g}", f"{cap:.6g}", r.last_wait_reason, str(r.attempts_run),
-                str(r.preemptions), str(r.resizes), f"{r.gpu_s / 3600:.6g}", f"{r.gpu_s_failed / 3600:.6g}",
+                "" if delay is None else "0" if delay == 0 else f"{delay:.6g}", "0" if waited == 0 else f"{waited:.6g}",
+                "0" if fair == 0 else f"{fair:.6g}", "0" if frag == 0 else f"{frag:.6g}",
+                "0" if cap == 0 else f"{cap:.6g}", r.last_wait_reason, str(r.attempts_run), str(r.preemptions),
+                str(r.resizes), f"{r.gpu_s / 3600:.6g}", "0" if failed == 0 else f"{failed:.6g}",
                 "" if rho is None else f"{rho:.6g}", ";".join(r.failure_categories), r.reject_reason,
             ]
             line = ",".join(row)
