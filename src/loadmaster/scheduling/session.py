@@ -160,7 +160,31 @@ class Session:
         session's queued jobs (pass `session.queued`)."""
         if not self.incremental:
             return self._decide_full(snap)
+        if len(self._pending) == 1 and not self._entries and not self.migrate:
+            plan = self._decide_alone(snap)
+            if plan is not None:
+                return plan
         return _Walk(self, snap).run()
+
+    def _decide_alone(self, snap: Snapshot) -> Plan | None:
+        """The plan of a queue of one new job that starts at once without displacing anyone (most arrivals on
+        a cluster that is not overloaded), or None. The walk would classify the job, hand it out first and
+        make the same attempt on the same round; its class would be gone again once the job leaves. None
+        (the job waits, or starts only by preempting, or running elastic jobs may grow after it): the walk
+        decides, on a round of its own, as if this one had not been tried."""
+        if snap.running_elastic:
+            return None
+        job_id = next(iter(self._pending))
+        view = self._jobs[job_id]
+        policy = self.policy
+        rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
+        if rnd.why_never(view):
+            return None
+        result, _ = rnd.attempt(view)
+        if type(result) is not Allocation or rnd.preempts or rnd.resizes or rnd.migrations:
+            return None
+        del self._pending[job_id]
+        return rnd.plan([], [])
 
     def next_change_s(self) -> float:
         """The earliest clock at which a queued job's order or class may change with time alone."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -47,27 +48,74 @@ _DELAY_CLASS = {reason.value: reason.delay_class for reason in WaitReason}
 def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
     """The summary.json keys (../shared/DESIGN.md), plus the delay split and failure accounting."""
     records = result.records
-    status = Counter(r.status for r in records)
-    finished = [r for r in records if r.finished and r.first_start_s is not None]
-    jcts = [r.jct_s for r in finished if r.jct_s is not None]
-    completed_jcts = [r.jct_s for r in finished if r.status is JobStatus.COMPLETED and r.jct_s is not None]
-    started = [r for r in records if r.first_start_s is not None]
-    delays = [r.queue_delay_s for r in started if r.queue_delay_s is not None]
-    rhos = [r.rho for r in finished if r.rho is not None]
-    first_submit = min((r.spec.submit_time_s for r in records), default=0.0)
-    last_finish = max((r.finish_s for r in records if r.finish_s is not None), default=first_submit)
+    # One pass over the records instead of one per key through their properties (117,000 records cost
+    # half a second that way). Every number is added in the order it was before: the float results are
+    # the same to the last bit (sums of lists stay sum() of the same lists).
+    status = Counter[JobStatus]()
+    jcts: list[float] = []
+    completed_jcts: list[float] = []
+    delays: list[float] = []
+    rhos: list[float] = []
+    gpu_s: list[float] = []
+    failed_s: list[float] = []
+    lost_s: list[float] = []
+    attempts: list[int] = []
+    first_submit = last_finish = None
+    fair = frag = cap = 0.0
+    reasons: dict[str, float] = {}
+    delay_class = _DELAY_CLASS
+    rejected = unfinished = 0
+    completed = JobStatus.COMPLETED
+    for r in records:
+        submit = r.spec.submit_time_s
+        first, finish = r.first_start_s, r.finish_s
+        status[r.status] += 1
+        if first_submit is None or submit < first_submit:
+            first_submit = submit
+        if finish is None:
+            unfinished += 1
+        elif last_finish is None or finish > last_finish:
+            last_finish = finish
+        if first is not None:
+            delays.append(first - submit)
+            if finish is not None:
+                jct = finish - submit
+                jcts.append(jct)
+                if r.status is completed:
+                    completed_jcts.append(jct)
+                if r.ideal_s > 0:
+                    rhos.append(jct / r.ideal_s)
+        wait = r.wait_s
+        if wait:
+            f = g = c = 0.0
+            for reason, seconds in wait.items():
+                cls = delay_class.get(reason, "capacity")
+                if cls == "fair_share":
+                    f += seconds
+                elif cls == "fragmentation":
+                    g += seconds
+                else:
+                    c += seconds
+                reasons[reason] = seconds + reasons.get(reason, 0)
+            fair += f
+            frag += g
+            cap += c
+        if r.reject_reason:
+            rejected += 1
+        gpu_s.append(r.gpu_s)
+        failed_s.append(r.gpu_s_failed)
+        lost_s.append(r.gpu_s_lost)
+        attempts.append(r.attempts_run)
+    if first_submit is None:
+        first_submit = 0.0
+    if last_finish is None:
+        last_finish = first_submit
     makespan = max(0.0, last_finish - first_submit)
     capacity_gpu_s = result.cluster.total_gpus * max(result.end_s - first_submit, 1e-9)
-    classes = Counter[str]()
-    for r in records:
-        classes.update(delay_classes(r))
-    total_wait = sum(classes.values())
-    reasons = Counter[str]()
-    for r in records:
-        reasons.update(r.wait_s)
-    rejected = sum(1 for r in records if r.reject_reason)
-    gpu_h = sum(r.gpu_s for r in records) / 3600
-    failed_h = sum(r.gpu_s_failed for r in records) / 3600
+    total_wait = sum((fair, frag, cap))
+    classes = {"fair_share": fair, "fragmentation": frag, "capacity": cap}
+    gpu_h = sum(gpu_s) / 3600
+    failed_h = sum(failed_s) / 3600
     jobs = len(records)
     return {
         "jobs": jobs,
@@ -75,7 +123,7 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "failed": status[JobStatus.FAILED] - rejected,
         "cancelled": status[JobStatus.CANCELLED],
         "rejected": rejected,
-        "unfinished": sum(1 for r in records if not r.finished),
+        "unfinished": unfinished,
         "still_queued": status[JobStatus.QUEUED],
         "still_running": status[JobStatus.PROCESSING],
         "avg_jct_s": _mean(jcts),
@@ -101,8 +149,8 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
         "resizes": result.resizes,
         "gpu_hours": gpu_h,
         "gpu_hours_failed_attempts": failed_h,
-        "gpu_hours_lost_to_preemption": sum(r.gpu_s_lost for r in records) / 3600,
-        "attempts": sum(r.attempts_run for r in records),
+        "gpu_hours_lost_to_preemption": sum(lost_s) / 3600,
+        "attempts": sum(attempts),
         "decisions": result.decisions,
         "wall_time_s": wall_time_s,
         **result.mode_metrics,
@@ -117,21 +165,54 @@ JOB_COLUMNS = (
 )
 
 
-def _num(x: float | None) -> str:
-    return "" if x is None else f"{x:.6g}"
-
-
 def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
+    """One row per job, as csv.writer writes it. Written for speed (117,000 rows cost about a second through
+    the record's properties, delay_classes() and csv.writer): the same values worked out inline and each
+    row joined by hand; a row whose text needs quoting goes through csv.writer."""
+    delay_class = _DELAY_CLASS
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(JOB_COLUMNS)
+        write = f.write
         for r in records:
             s = r.spec
-            d = delay_classes(r)
-            w.writerow([
-                s.job_id, s.tenant, s.user, s.model, _num(s.submit_time_s), s.learners, s.gpus,
-                _num(s.duration_s), r.status.value, _num(r.first_start_s), _num(r.finish_s), _num(r.jct_s),
-                _num(r.queue_delay_s), _num(r.total_wait_s), _num(d["fair_share"]), _num(d["fragmentation"]),
-                _num(d["capacity"]), r.last_wait_reason, r.attempts_run, r.preemptions, r.resizes, _num(r.gpu_s / 3600),
-                _num(r.gpu_s_failed / 3600), _num(r.rho), ";".join(r.failure_categories), r.reject_reason,
-            ])
+            submit = s.submit_time_s
+            first, finish = r.first_start_s, r.finish_s
+            fair = frag = cap = 0.0
+            for reason, seconds in r.wait_s.items():
+                cls = delay_class.get(reason, "capacity")
+                if cls == "fair_share":
+                    fair += seconds
+                elif cls == "fragmentation":
+                    frag += seconds
+                else:
+                    cap += seconds
+            jct = None if finish is None else finish - submit
+            rho = None if jct is None or r.ideal_s <= 0 else jct / r.ideal_s
+            # Formatting a float costs most of a row; most of a row's waits and failed GPU time are 0, written
+            # "0" without it (sums of positive numbers from 0.0: never -0.0, which formats as "-0").
+            waited = sum(r.wait_s.values())
+            failed = r.gpu_s_failed / 3600
+            delay = None if first is None else first - submit
+            row = [
+                s.job_id, s.tenant, s.user, s.model, f"{submit:.6g}", str(s.learners), str(s.gpus),
+                f"{s.duration_s:.6g}", r.status.value, "" if first is None else f"{first:.6g}",
+                "" if finish is None else f"{finish:.6g}", "" if jct is None else f"{jct:.6g}",
+                "" if delay is None else "0" if delay == 0 else f"{delay:.6g}", "0" if waited == 0 else f"{waited:.6g}",
+                "0" if fair == 0 else f"{fair:.6g}", "0" if frag == 0 else f"{frag:.6g}",
+                "0" if cap == 0 else f"{cap:.6g}", r.last_wait_reason, str(r.attempts_run), str(r.preemptions),
+                str(r.resizes), f"{r.gpu_s / 3600:.6g}", "0" if failed == 0 else f"{failed:.6g}",
+                "" if rho is None else f"{rho:.6g}", ";".join(r.failure_categories), r.reject_reason,
+            ]
+            line = ",".join(row)
+            if line.count(",") == _SEPARATORS and _QUOTED.search(line) is None:
+                write(line)
+                write("\r\n")
+            else:
+                w.writerow(row)
+
+
+# What makes csv.writer (QUOTE_MINIMAL) quote a field: a quote or a line break in it, or a comma (then the
+# joined row holds more commas than the separators).
+_QUOTED = re.compile(r'["\r\n]')
+_SEPARATORS = len(JOB_COLUMNS) - 1

@@ -196,10 +196,14 @@ class _Run:
         next_wake = math.inf  # when a job waiting for locality may place with time alone
         quiet_until = -math.inf  # rounds before this are known to change nothing: counted, not made
         loops = 0
+        # Timeline.record() inline (once per loop, the call cost more than what it does).
+        times, busy_gpus, queued_n = self.timeline.times, self.timeline.busy_gpus, self.timeline.queued
+        # The same objects for the whole run (emptied in place, never replaced): looked up once.
+        events, lives, running, queued = self.events, self.live, self.running, self.queued
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
-            t_event = self.events[0][0] if self.events else math.inf
-            t = min(t_arrival, t_event, min(next_round, next_wake) if self.queued else math.inf)
+            t_event = events[0][0] if events else math.inf
+            t = min(t_arrival, t_event, min(next_round, next_wake) if queued else math.inf)
             if t == math.inf or (until is not None and t > until):
                 break
             if t == next_round and t < min(quiet_until, t_arrival, t_event, next_wake):
@@ -210,20 +214,26 @@ class _Run:
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
                 self.arrive(next_arrival)
                 next_arrival += 1
-            while self.events and self.events[0][0] <= t:
-                _, _, idx, token = heapq.heappop(self.events)
-                live = self.live[idx]
-                if live is not None and live.token == token and live.view.job_id in self.running:
+            while events and events[0][0] <= t:
+                _, _, idx, token = heapq.heappop(events)
+                live = lives[idx]
+                if live is not None and live.token == token and live.view.spec.job_id in running:
                     self.end_attempt(live)
-            if self.queued or ((self.growable or (self.reauctions and self.running))
-                               and self.busy < self.cluster.total_gpus):
+            if queued or ((self.growable or (self.reauctions and running))
+                          and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
                 self.apply(plan)
                 next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
                     quiet_until = self.quiet_until(plan)
-            self.timeline.record(t, self.busy, len(self.queued))
+            if times and times[-1] == t:
+                busy_gpus[-1] = self.busy
+                queued_n[-1] = len(queued)
+            else:
+                times.append(t)
+                busy_gpus.append(self.busy)
+                queued_n.append(len(queued))
             loops += 1
             if self.progress is not None and loops % 2000 == 0:
                 self.progress(self.clock, self.finished)
@@ -279,9 +289,10 @@ class _Run:
         spec = self.jobs[idx]
         record = JobRecord(spec)
         self.records.append(record)
-        live = _Live(idx, record, self.sim.failures.plan(spec), JobView(spec, queued_since=spec.submit_time_s,
-                                                                           as_of=spec.submit_time_s))
-        self.smoke_first(live)
+        submit = spec.submit_time_s
+        live = _Live(idx, record, self.sim.failures.plan(spec), JobView(spec, submit, 1, None, 0.0, 0.0, submit))
+        if self.sim.config.smoke_test_s > 0:
+            self.smoke_first(live)
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
@@ -374,14 +385,21 @@ class _Run:
     def hold(self, alloc: Allocation, sign: int, busy: bool = True) -> None:
         """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative.
         busy=False for learners that hold GPUs without computing (a partial gang, learner_at_a_time.py)."""
-        for node, count in alloc.per_node().items():
-            self.free_gpus[node] -= sign * count * alloc.gpus_per_learner
-            self.free_cpus[node] -= sign * count * alloc.cpus_per_learner
-            self.free_mem[node] -= sign * count * alloc.mem_gb_per_learner
-            if self.free_gpus[node] < -1e-9 or self.free_cpus[node] < -1e-6 or self.free_mem[node] < -1e-6:
+        gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
+        g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
+        nodes = alloc.learner_nodes
+        # A gang on one server (most of them): no per-node count to make.
+        for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
+            left_g = gpus[node] - sign * count * g
+            left_c = cpus[node] - sign * count * c
+            left_m = mem[node] - sign * count * m
+            gpus[node] = left_g
+            cpus[node] = left_c
+            mem[node] = left_m
+            if left_g < -1e-9 or left_c < -1e-6 or left_m < -1e-6:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         if busy:
-            self.busy += sign * alloc.gpus
+            self.busy += sign * len(nodes) * g
 
     def start(self, live: _Live, alloc: Allocation) -> None:
         self.close_wait(live)
@@ -407,22 +425,27 @@ class _Run:
 
     def launch(self, live: _Live, alloc: Allocation, overhead: float) -> None:
         """Hold `alloc` and schedule the end of the current attempt at the allocation's speed."""
-        spec = live.view.spec
-        low, high = (spec.min_learners or spec.learners, spec.max_learners or spec.learners)
-        if alloc.learners != spec.learners and not (spec.elastic and low <= alloc.learners <= high):
-            raise AssertionError(f"partial gang for {spec.job_id}: {alloc.learners}/{spec.learners}")
+        old = live.view
+        spec = old.spec
+        job_id = spec.job_id
+        learners = len(alloc.learner_nodes)
+        high = spec.max_learners or spec.learners
+        if learners != spec.learners and not (spec.elastic and (spec.min_learners or spec.learners) <= learners
+                                              <= high):
+            raise AssertionError(f"partial gang for {job_id}: {learners}/{spec.learners}")
         self.hold(alloc, +1)
-        if alloc.learners < high:
-            self.growable[spec.job_id] = None
-        else:
-            self.growable.pop(spec.job_id, None)
+        if learners < high:
+            self.growable[job_id] = None
+        elif self.growable:
+            self.growable.pop(job_id, None)
         rate = self.sim.perf.rate(spec, alloc)
         if rate <= 0:
-            raise AssertionError(f"non-positive rate for {spec.job_id}")
-        begins = self.clock + overhead
-        live.view = JobView(spec, live.view.queued_since, live.attempt_idx + 1, alloc, live.view.work_done_s,
-                            rate, begins, live.view.attained_gpu_s, live.view.preemptions, self.clock)
-        live.run_start = self.clock
+            raise AssertionError(f"non-positive rate for {job_id}")
+        clock = self.clock
+        begins = clock + overhead
+        view = live.view = JobView(spec, old.queued_since, live.attempt_idx + 1, alloc, old.work_done_s, rate, begins,
+                                   old.attained_gpu_s, old.preemptions, clock)
+        live.run_start = clock
         target = live.attempts.runtimes[live.attempt_idx]
         if live.smoking:
             # Whether the job crashes is a matter of time, not speed: a smoke test (re)starts from scratch and
@@ -430,28 +453,37 @@ class _Run:
             end = begins + (min(target, self.sim.config.smoke_test_s) if self.fails(live)
                             else self.sim.config.smoke_test_s)
         else:
-            end = begins + max(0.0, target - live.view.work_done_s) / rate
+            end = begins + max(0.0, target - old.work_done_s) / rate
         live.token += 1
         self.seq += 1
         heapq.heappush(self.events, (end, self.seq, live.index, live.token))
-        self.running[spec.job_id] = live
-        self.running_views[spec.job_id] = live.view
+        self.running[job_id] = live
+        self.running_views[job_id] = view
         self._running_tuple = None
-        self.tenant_gpus[spec.tenant] = self.tenant_gpus.get(spec.tenant, 0) + alloc.gpus
-        self.tenant_running.setdefault(spec.tenant, {})[spec.job_id] = live.view
+        tenant = spec.tenant
+        self.tenant_gpus[tenant] = self.tenant_gpus.get(tenant, 0) + learners * alloc.gpus_per_learner
+        running = self.tenant_running.get(tenant)
+        if running is None:
+            running = self.tenant_running[tenant] = {}
+        running[job_id] = view
 
     def stop_running(self, live: _Live) -> float:
         """Release the job's GPUs; returns its work done. Books GPU time."""
         view = live.view
-        assert view.allocation is not None
-        del self.running[view.job_id]
-        del self.running_views[view.job_id]
+        alloc = view.allocation
+        assert alloc is not None
+        job_id = view.spec.job_id
+        del self.running[job_id]
+        del self.running_views[job_id]
         self._running_tuple = None
-        self.growable.pop(view.job_id, None)
-        self.tenant_gpus[view.spec.tenant] -= view.allocation.gpus
-        del self.tenant_running[view.spec.tenant][view.job_id]
-        self.hold(view.allocation, -1)
-        held = (self.clock - live.run_start) * view.allocation.gpus
+        if self.growable:
+            self.growable.pop(job_id, None)
+        gpus = len(alloc.learner_nodes) * alloc.gpus_per_learner
+        tenant = view.spec.tenant
+        self.tenant_gpus[tenant] -= gpus
+        del self.tenant_running[tenant][job_id]
+        self.hold(alloc, -1)
+        held = (self.clock - live.run_start) * gpus
         live.record.gpu_s += held
         live.attempt_gpu_s += held
         live.token += 1
@@ -540,7 +572,8 @@ class _Run:
         if not last:
             live.attempt_idx += 1
             if not live.smoking:
-                live.view = replace(live.view, spec=live.record.spec)
+                if live.view.spec is not live.record.spec:
+                    live.view = replace(live.view, spec=live.record.spec)
                 self.smoke_first(live)
             self.requeue(live, 0.0, attained, view.preemptions)
             return

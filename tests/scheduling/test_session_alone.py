@@ -1,0 +1,67 @@
+"""Session._decide_alone: a queue of one new job that starts at once is decided without the walk. Its plans
+must be decide()'s, and the Session's state after it the walk's (the next decisions, checked by
+test_session's worlds, must not see the difference)."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadmaster.core.job import Allocation, JobSpec
+from loadmaster.scheduling import JobView, Snapshot, decide, make_placer, make_policy
+from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.policies import POLICIES
+from loadmaster.scheduling.session import Session
+from tests.helpers import cluster, job
+from tests.scheduling import test_session
+
+
+def test_a_lone_arrival_that_fits_is_started_without_the_walk(monkeypatch: pytest.MonkeyPatch) -> None:
+    walks = []
+    monkeypatch.setattr("loadmaster.scheduling.session._Walk.run", lambda self: walks.append(1))
+    session = Session(make_policy("fifo"), make_placer("pack"))
+    spec = job("a", gpus=2)
+    session.add(JobView(spec, 0.0))
+    c = cluster(2, 4)
+    snap = Snapshot.of_running(0.0, c, session.queued, ())
+    plan = session.decide(snap)
+    assert not walks
+    assert plan == decide(Snapshot.of_running(0.0, c, (JobView(spec, 0.0),), ()), make_policy("fifo"),
+                          make_placer("pack"))
+    session.remove("a")
+    assert len(session) == 0 and not session.heads() and session.next_change_s() == float("inf")
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las", "drf", "srtf"])
+def test_a_lone_arrival_that_must_preempt_or_wait_goes_through_the_walk(policy: str) -> None:
+    c = cluster(1, 4)
+    big = JobView(JobSpec(job_id="big", tenant="A", submit_time_s=0.0, learners=1, gpus_per_learner=8,
+                          duration_s=10.0), 0.0)
+    for waiting in (big, JobView(job("w", gpus=4, tenant="B"), 0.0)):
+        running = (JobView(job("r", gpus=4, tenant="A"), 0.0, 1, Allocation("r", (0,), 4, 0.0, 0.0),
+                           0.0, 1.0, 0.0, 0.0, 0, 0.0),)
+        session = Session(make_policy(policy), make_placer("pack"))
+        session.add(waiting)
+        plan = session.decide(Snapshot.of_running(5000.0, c, session.queued, running))
+        full = decide(Snapshot.of_running(5000.0, c, (waiting,), running), make_policy(policy), make_placer("pack"))
+        assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects)
+        assert [(w.job_id, w.reason) for w in plan.waits] == [(w.job_id, w.reason) for w in full.waits]
+
+
+@pytest.mark.parametrize("policy", sorted(POLICIES))
+def test_worlds_whose_queue_often_empties(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """test_session's worlds, where lone arrivals are common: plans and reasons stay decide()'s, and the fast
+    path is taken where the Session keeps the queue itself."""
+    taken = []
+    alone = Session._decide_alone
+
+    def counted(self: Session, snap: Snapshot) -> object:
+        plan = alone(self, snap)
+        taken.append(plan is not None)
+        return plan
+
+    monkeypatch.setattr(Session, "_decide_alone", counted)
+    for seed in range(8):
+        for placement in sorted(PLACERS):
+            test_session._check(seed, policy, placement, steps=40)
+    if Session(make_policy(policy), make_placer("pack")).incremental:
+        assert any(taken)
