@@ -25,8 +25,10 @@ def faulty(lite: Env) -> Iterator[tuple[Env, StoreFaults]]:
 def test_a_rejection_whose_write_fails_is_made_at_the_next_round(faulty: tuple[Env, StoreFaults]) -> None:
     env, faults = faulty
     first = env.submit(command=[sys.executable, "-c", "raise SystemExit(3)"], retry={"policy": "never"})
-    then = env.submit(command=[sys.executable, "-c", "pass"], afterok=[first])
     env.drive(lambda: env.status(first) is S.FAILED, what="the dependency to fail")
+    # Submitted after its dependency failed: the next round rejects it (a round that records an end reads
+    # the rows again before deciding, so a job submitted before would be rejected in that same round).
+    then = env.submit(command=[sys.executable, "-c", "pass"], afterok=[first])
     assert env.status(then) is S.QUEUED and env.job(then).attempts == 0
     for _ in range(3):
         with faults.armed():

@@ -133,6 +133,11 @@ class ControlLoop:
                                        migrate=migrate, smoke_test_s=smoke_test_s,
                                        smoke_passed=self.ctx.smoke_passed)
         self.gates = Gates(store)  # dependencies and array limits: queued jobs held out of decide()'s sight
+        # What a sync read but the gates have not judged yet: the table's change number has moved past these
+        # rows, so a store error between the read and the judgement (loading manifests, reading dependencies)
+        # must not lose them, or a job whose afterok dependency failed would be started instead of rejected.
+        self._unjudged: set[str] = set()
+        self._unjudged_gone: set[str] = set()
         # Ray's nodes join, die and drain under the loop; the local executor's stay (drains still apply).
         self.membership = Membership(cluster, executor if isinstance(executor, MembershipSource) else None,
                                      store, every_s=nodes_every_s)
@@ -347,8 +352,14 @@ class ControlLoop:
                 self.builder.quotas_changed()
             self._names, self._quotas = names, quotas
             ctx.table.tenants_read(delta.tenants)
-        ctx.load_manifests(delta.changed)
-        held, rejects = self.gates.dependencies(ctx.table, ctx.manifests, delta.changed, delta.gone)
+        self._unjudged.update(delta.changed)
+        self._unjudged.difference_update(delta.gone)
+        self._unjudged_gone.update(delta.gone)
+        changed = [j for j in self._unjudged if j in ctx.table.rows]
+        ctx.load_manifests(changed)
+        held, rejects = self.gates.dependencies(ctx.table, ctx.manifests, changed, list(self._unjudged_gone))
+        self._unjudged.clear()
+        self._unjudged_gone.clear()
         for job_id in held:
             ctx.changed(job_id)
         self._route(list(rejects))
