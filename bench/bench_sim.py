@@ -70,6 +70,10 @@ def main(selector: str = "") -> None:
     rows = []
     with tempfile.TemporaryDirectory() as d:
         todo = scenarios(Path(d))
+        names = [name for name, _, _ in todo]
+        if selector in ("-h", "--help") or not any(selector in name for name in names):
+            sys.exit("usage: bench_sim.py [SELECTOR]: runs the scenarios whose name contains SELECTOR (all without "
+                     "one), e.g. 'gavel' or '117k fifo '; the scenarios:\n  " + "\n  ".join(names))
         # The synthetic workload is written by its own scenario: run it whenever a 117k run is selected.
         needs_synth = any(selector in name for name, _, _ in todo if name.startswith("philly-like-117k"))
         for name, argv, targets in todo:

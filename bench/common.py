@@ -67,7 +67,7 @@ def write_results(stem: str, rows: list[dict[str, Any]]) -> Path:
 
 
 def print_table(rows: list[dict[str, Any]], columns: list[str]) -> None:
-    widths = [max(len(c), *(len(_fmt(r.get(c))) for r in rows)) for c in columns]
+    widths = [max([len(c), *(len(_fmt(r.get(c))) for r in rows)]) for c in columns]
     print("  ".join(c.ljust(w) for c, w in zip(columns, widths, strict=True)))
     for r in rows:
         print("  ".join(_fmt(r.get(c)).ljust(w) for c, w in zip(columns, widths, strict=True)))
