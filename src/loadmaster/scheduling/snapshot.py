@@ -70,6 +70,54 @@ class TenantQuota:
         return float("inf") if self.borrow_limit is None else self.gpus + self.borrow_limit
 
 
+# A shell's free GPUs, CPUs and memory summed over the servers, and the most free GPUs on one server.
+FreeTotals = tuple[float, float, float, float]
+
+
+class FreeLedger:
+    """The sums of a shell's free arrays and how many servers have each free-GPU count, kept as the shell
+    changes the arrays (O(servers changed) per start or end), so that a snapshot is given its totals and its
+    largest free-GPU count instead of reducing every array at every decision.
+
+    Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
+    readers compare them with a tolerance)."""
+
+    __slots__ = ("_levels", "cpus", "gpus", "mem")
+
+    def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
+                 mem: npt.NDArray[np.float64]) -> None:
+        self._levels: dict[float, int] = {}
+        self.gpus = self.cpus = self.mem = 0.0
+        self.reset(gpus, cpus, mem)
+
+    def reset(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
+              mem: npt.NDArray[np.float64]) -> None:
+        """Recount from the arrays (after a shell overwrote them wholesale)."""
+        self.gpus, self.cpus, self.mem = float(gpus.sum()), float(cpus.sum()), float(mem.sum())
+        levels: dict[float, int] = {}
+        for g in gpus.tolist():
+            levels[g] = levels.get(g, 0) + 1
+        self._levels = levels
+
+    def moved(self, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
+        """One server's free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus, d_mem."""
+        self.gpus += new_gpus - old_gpus
+        self.cpus += d_cpus
+        self.mem += d_mem
+        if new_gpus != old_gpus:
+            levels = self._levels
+            left = levels[old_gpus] - 1
+            if left:
+                levels[old_gpus] = left
+            else:
+                del levels[old_gpus]
+            levels[new_gpus] = levels.get(new_gpus, 0) + 1
+
+    def totals(self) -> FreeTotals:
+        """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
+        return self.gpus, self.cpus, self.mem, max(self._levels) if self._levels else 0.0
+
+
 def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
         npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Free GPUs, CPUs and memory per node: the cluster's capacity less what the running jobs hold. Values can
@@ -143,6 +191,25 @@ class Snapshot:
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
 
     @cached_property
+    def free_gpu_total(self) -> float:
+        """Free GPUs over all servers: given by a shell that keeps the sum as it changes (build's free_totals),
+        else summed once, on first use (FreeCapacity and DRF's gate ask at every decision)."""
+        return float(self.free_gpus.sum())
+
+    @cached_property
+    def free_cpu_total(self) -> float:
+        return float(self.free_cpus.sum())
+
+    @cached_property
+    def free_mem_total(self) -> float:
+        return float(self.free_mem.sum())
+
+    @cached_property
+    def max_free_gpus(self) -> float:
+        """The most free GPUs on any one server (0 on a cluster without servers)."""
+        return float(self.free_gpus.max()) if self.free_gpus.size else 0.0
+
+    @cached_property
     def running(self) -> tuple[JobView, ...]:
         """The running jobs: given to build(), or made on first use by the shell's provider. Most decisions
         of a lightly loaded cluster never read them, and a tuple of ~1,000 views per event cost more than
@@ -192,6 +259,7 @@ class Snapshot:
         running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
+        free_totals: FreeTotals | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -202,6 +270,8 @@ class Snapshot:
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
         changes them only after it is done with the snapshot (the simulator, at every event).
         `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
+        free_totals: the free arrays' sums and largest free-GPU count, kept by a shell as it changes them
+        (FreeLedger), so that no decision sums 500 servers again; they must agree with the arrays.
         """
         if tenant_gpus is None:
             if callable(running):
@@ -226,6 +296,9 @@ class Snapshot:
             tenants=tenants if isinstance(tenants, MappingProxyType) else MappingProxyType(dict(tenants or {})),
             tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
         )
+        if free_totals is not None:
+            d = snap.__dict__
+            d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
         if callable(running):
             snap.__dict__["_running_provider"] = running
         else:

@@ -23,7 +23,7 @@ from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+from loadmaster.scheduling.snapshot import FreeLedger, JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.records import JobRecord, Timeline
@@ -144,6 +144,8 @@ class _Run:
         # change) and the quotas, which never change during a run.
         self.free_views = (_read_only(self.free_gpus), _read_only(self.free_cpus), _read_only(self.free_mem))
         self.quotas = MappingProxyType(dict(sim.tenants))
+        # Their sums and largest free-GPU count, kept by hold() as they change: every snapshot is given them.
+        self.ledger = FreeLedger(self.free_gpus, self.free_cpus, self.free_mem)
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
@@ -315,6 +317,7 @@ class _Run:
             self.session.queued, self.running_tuple, self.quotas,
             self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
             copy=False,  # the free arrays change only when the plan is carried out, after decide()
+            free_totals=self.ledger.totals(),
         )
         self.snap = snap
         return self.session.decide(snap)
@@ -388,14 +391,19 @@ class _Run:
         gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
         nodes = alloc.learner_nodes
+        moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
-            left_g = gpus[node] - sign * count * g
-            left_c = cpus[node] - sign * count * c
-            left_m = mem[node] - sign * count * m
+            had_g = float(gpus[node])
+            d_c = -sign * count * c
+            d_m = -sign * count * m
+            left_g = had_g - sign * count * g
+            left_c = cpus[node] + d_c
+            left_m = mem[node] + d_m
             gpus[node] = left_g
             cpus[node] = left_c
             mem[node] = left_m
+            moved(had_g, left_g, d_c, d_m)
             if left_g < -1e-9 or left_c < -1e-6 or left_m < -1e-6:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         if busy:
