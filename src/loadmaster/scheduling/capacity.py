@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
@@ -38,6 +40,12 @@ class FreeCapacity:
         self.cpus = self.cpus.copy()
         self.mem = self.mem.copy()
         self._owned = True
+
+    @property
+    def buckets(self) -> Mapping[float, list[int]] | None:
+        """Free-GPU count -> servers with that many free, in server order: the snapshot's, where its shell
+        keeps them, while nothing in this decision has changed the free arrays yet (else None)."""
+        return None if self._owned else self._snap.free_buckets
 
     @property
     def max_node_gpus(self) -> float:

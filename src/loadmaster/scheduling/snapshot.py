@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -75,18 +76,19 @@ FreeTotals = tuple[float, float, float, float]
 
 
 class FreeLedger:
-    """The sums of a shell's free arrays and how many servers have each free-GPU count, kept as the shell
-    changes the arrays (O(servers changed) per start or end), so that a snapshot is given its totals and its
-    largest free-GPU count instead of reducing every array at every decision.
+    """The sums of a shell's free arrays, and the servers at each free-GPU count (free-GPU buckets, each in
+    server order), kept as the shell changes the arrays (O(servers changed) per start or end): a snapshot is
+    given its totals, its largest free-GPU count and the buckets instead of reducing every array at every
+    decision, and a best-fit placer finds the tightest server from the buckets without a scan.
 
     Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
     readers compare them with a tolerance)."""
 
-    __slots__ = ("_levels", "cpus", "gpus", "mem")
+    __slots__ = ("_buckets", "cpus", "gpus", "mem")
 
     def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
                  mem: npt.NDArray[np.float64]) -> None:
-        self._levels: dict[float, int] = {}
+        self._buckets: dict[float, list[int]] = {}
         self.gpus = self.cpus = self.mem = 0.0
         self.reset(gpus, cpus, mem)
 
@@ -94,28 +96,39 @@ class FreeLedger:
               mem: npt.NDArray[np.float64]) -> None:
         """Recount from the arrays (after a shell overwrote them wholesale)."""
         self.gpus, self.cpus, self.mem = float(gpus.sum()), float(cpus.sum()), float(mem.sum())
-        levels: dict[float, int] = {}
-        for g in gpus.tolist():
-            levels[g] = levels.get(g, 0) + 1
-        self._levels = levels
+        buckets: dict[float, list[int]] = {}
+        for node, g in enumerate(gpus.tolist()):
+            buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
+        self._buckets = buckets
 
-    def moved(self, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
-        """One server's free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus, d_mem."""
+    def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
+        """Server `node`'s free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus and
+        d_mem."""
         self.gpus += new_gpus - old_gpus
         self.cpus += d_cpus
         self.mem += d_mem
         if new_gpus != old_gpus:
-            levels = self._levels
-            left = levels[old_gpus] - 1
-            if left:
-                levels[old_gpus] = left
+            buckets = self._buckets
+            old = buckets[old_gpus]
+            if len(old) == 1:
+                del buckets[old_gpus]
             else:
-                del levels[old_gpus]
-            levels[new_gpus] = levels.get(new_gpus, 0) + 1
+                del old[bisect_left(old, node)]
+            new = buckets.get(new_gpus)
+            if new is None:
+                buckets[new_gpus] = [node]
+            else:
+                insort(new, node)
 
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
-        return self.gpus, self.cpus, self.mem, max(self._levels) if self._levels else 0.0
+        return self.gpus, self.cpus, self.mem, max(self._buckets) if self._buckets else 0.0
+
+    @property
+    def buckets(self) -> Mapping[float, list[int]]:
+        """Free-GPU count -> the servers with that many free, in server order (build's free_buckets). The
+        shell's own: it changes as the ledger does, so a snapshot given it must be done with before then."""
+        return self._buckets
 
 
 def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
@@ -189,6 +202,8 @@ class Snapshot:
     queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
+    # Free-GPU count -> servers with that many free, in server order, where the shell keeps them (FreeLedger).
+    free_buckets: Mapping[float, list[int]] | None = None
 
     @cached_property
     def free_gpu_total(self) -> float:
@@ -260,6 +275,7 @@ class Snapshot:
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
         free_totals: FreeTotals | None = None,
+        free_buckets: Mapping[float, list[int]] | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -272,6 +288,8 @@ class Snapshot:
         `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
         free_totals: the free arrays' sums and largest free-GPU count, kept by a shell as it changes them
         (FreeLedger), so that no decision sums 500 servers again; they must agree with the arrays.
+        free_buckets: the servers at each free-GPU count, in server order (FreeLedger.buckets), for placers
+        that look for the tightest server; it must agree with free_gpus and not change while decide() runs.
         """
         if tenant_gpus is None:
             if callable(running):
@@ -294,11 +312,14 @@ class Snapshot:
             queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
             # A read-only mapping is the shell's promise that it does not change it (the simulator's quotas).
             tenants=tenants if isinstance(tenants, MappingProxyType) else MappingProxyType(dict(tenants or {})),
-            tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
+            # Likewise a read-only tenant_gpus promises that it holds no zeros (the simulator keeps it so).
+            tenant_gpus=(tenant_gpus if isinstance(tenant_gpus, MappingProxyType)
+                         else MappingProxyType({t: g for t, g in tenant_gpus.items() if g})),
         )
         if free_totals is not None:
             d = snap.__dict__
             d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
+        snap.__dict__["free_buckets"] = free_buckets
         if callable(running):
             snap.__dict__["_running_provider"] = running
         else:
