@@ -333,21 +333,28 @@ class _SkippingProgressiveOrder:
         take the free GPUs below the gang: started() then walks the class again). Under overload that is
         most classes, and decide() would answer each at every decision. With `migrate`, a FRAGMENTATION
         class may start by moving running jobs: it is visited (moves never add free GPUs: NO_CAPACITY holds)."""
-        largest = gate.snap.max_free_gpus  # FreeCapacity.max_node_gpus
+        # Every class of every queued tenant is looked at, at every decision: the bounds and answers are
+        # looked up once here, not per class.
+        above_free = free + 1e-9
+        above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
+        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
+        within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
-                spec = cls.views[0].spec
-                if spec.learners * spec.gpus_per_learner > free + 1e-9:
-                    reason = WaitReason.NO_CAPACITY
-                elif not migrate and spec.gpus_per_learner > largest + 1e-9:
-                    reason = WaitReason.FRAGMENTATION
+                view = cls.views[0]
+                spec = view.spec
+                g = spec.gpus_per_learner
+                if spec.learners * g > above_free:
+                    reason = no_capacity
+                elif g > above_largest:
+                    reason = fragmentation
                 else:
                     continue
-                if over or not gate.within_entitlement(cls.views[0]):
+                if over or not within(view):
                     pruned[cls] = reason
         return pruned
 
