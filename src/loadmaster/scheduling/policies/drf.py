@@ -66,8 +66,10 @@ class DrfGate(Gate):
         c = snap.cluster
         total_gpus, total_cpus, total_mem = totals if totals is not None else (c.total_gpus, c.total_cpus,
                                                                                 c.total_mem_gb)
-        # 1 / total per resource; a resource the cluster does not have counts for nobody.
-        self.inv_total = tuple(1.0 / t if t > 0 else 0.0 for t in (total_gpus, total_cpus, total_mem))
+        # 1 / total per resource; a resource the cluster does not have counts for nobody. (Written out: a
+        # generator here cost a tenth of the gate, which is made at every decision.)
+        self.inv_total = (1.0 / total_gpus if total_gpus > 0 else 0.0, 1.0 / total_cpus if total_cpus > 0 else 0.0,
+                          1.0 / total_mem if total_mem > 0 else 0.0)
         # decide() runs once per event, so the gate must not walk every running job each time. When
         # no running job holds CPUs or memory (the free arrays say so in two sums), shares are GPU
         # shares and the snapshot's per-tenant GPU counts are enough; otherwise a tenant's usage is
