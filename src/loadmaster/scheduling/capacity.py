@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import numpy as np
 import numpy.typing as npt
 
@@ -16,7 +18,7 @@ SavedCapacity = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDAr
 class FreeCapacity:
     """Mutable copies of the snapshot's free arrays. take() and give() move whole allocations only."""
 
-    __slots__ = ("_max_gpus", "_owned", "cpus", "gpus", "mem", "total_gpus", "version")
+    __slots__ = ("_max_gpus", "_owned", "_snap", "cpus", "gpus", "mem", "total_gpus", "version")
 
     def __init__(self, snap: Snapshot) -> None:
         # The snapshot's arrays until the first change (copy on write): under overload many decisions
@@ -25,7 +27,9 @@ class FreeCapacity:
         self.cpus: npt.NDArray[np.float64] = snap.free_cpus
         self.mem: npt.NDArray[np.float64] = snap.free_mem
         self._owned = False
-        self.total_gpus = float(self.gpus.sum())
+        self._snap = snap
+        # The snapshot's sum: a shell that keeps it (FreeLedger) gave it, else it is summed once per snapshot.
+        self.total_gpus = snap.free_gpu_total
         # Bumped whenever capacity grows, so cached "does not fit" answers can be dropped.
         self.version = 0
         self._max_gpus: float | None = None
@@ -38,10 +42,19 @@ class FreeCapacity:
         self._owned = True
 
     @property
+    def buckets(self) -> Mapping[float, list[int]] | None:
+        """Free-GPU count -> servers with that many free, in server order: the snapshot's, where its shell
+        keeps them, while nothing in this decision has changed the free arrays yet (else None)."""
+        return None if self._owned else self._snap.free_buckets
+
+    @property
     def max_node_gpus(self) -> float:
         """The most free GPUs on any one node (a learner needing more fits nowhere)."""
         if self._max_gpus is None:
-            self._max_gpus = float(self.gpus.max()) if self.gpus.size else 0.0
+            if not self._owned:  # still the snapshot's arrays: its answer (a shell may have kept it)
+                self._max_gpus = self._snap.max_free_gpus
+            else:
+                self._max_gpus = float(self.gpus.max()) if self.gpus.size else 0.0
         return self._max_gpus
 
     def _apply(self, alloc: Allocation, sign: float) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -68,6 +69,66 @@ class TenantQuota:
     @property
     def max_gpus(self) -> float:
         return float("inf") if self.borrow_limit is None else self.gpus + self.borrow_limit
+
+
+# A shell's free GPUs, CPUs and memory summed over the servers, and the most free GPUs on one server.
+FreeTotals = tuple[float, float, float, float]
+
+
+class FreeLedger:
+    """The sums of a shell's free arrays, and the servers at each free-GPU count (free-GPU buckets, each in
+    server order), kept as the shell changes the arrays (O(servers changed) per start or end): a snapshot is
+    given its totals, its largest free-GPU count and the buckets instead of reducing every array at every
+    decision, and a best-fit placer finds the tightest server from the buckets without a scan.
+
+    Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
+    readers compare them with a tolerance)."""
+
+    __slots__ = ("_buckets", "cpus", "gpus", "mem")
+
+    def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
+                 mem: npt.NDArray[np.float64]) -> None:
+        self._buckets: dict[float, list[int]] = {}
+        self.gpus = self.cpus = self.mem = 0.0
+        self.reset(gpus, cpus, mem)
+
+    def reset(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
+              mem: npt.NDArray[np.float64]) -> None:
+        """Recount from the arrays (after a shell overwrote them wholesale)."""
+        self.gpus, self.cpus, self.mem = float(gpus.sum()), float(cpus.sum()), float(mem.sum())
+        buckets: dict[float, list[int]] = {}
+        for node, g in enumerate(gpus.tolist()):
+            buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
+        self._buckets = buckets
+
+    def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
+        """Server `node`'s free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus and
+        d_mem."""
+        self.gpus += new_gpus - old_gpus
+        self.cpus += d_cpus
+        self.mem += d_mem
+        if new_gpus != old_gpus:
+            buckets = self._buckets
+            old = buckets[old_gpus]
+            if len(old) == 1:
+                del buckets[old_gpus]
+            else:
+                del old[bisect_left(old, node)]
+            new = buckets.get(new_gpus)
+            if new is None:
+                buckets[new_gpus] = [node]
+            else:
+                insort(new, node)
+
+    def totals(self) -> FreeTotals:
+        """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
+        return self.gpus, self.cpus, self.mem, max(self._buckets) if self._buckets else 0.0
+
+    @property
+    def buckets(self) -> Mapping[float, list[int]]:
+        """Free-GPU count -> the servers with that many free, in server order (build's free_buckets). The
+        shell's own: it changes as the ledger does, so a snapshot given it must be done with before then."""
+        return self._buckets
 
 
 def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
@@ -141,6 +202,27 @@ class Snapshot:
     queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
+    # Free-GPU count -> servers with that many free, in server order, where the shell keeps them (FreeLedger).
+    free_buckets: Mapping[float, list[int]] | None = None
+
+    @cached_property
+    def free_gpu_total(self) -> float:
+        """Free GPUs over all servers: given by a shell that keeps the sum as it changes (build's free_totals),
+        else summed once, on first use (FreeCapacity and DRF's gate ask at every decision)."""
+        return float(self.free_gpus.sum())
+
+    @cached_property
+    def free_cpu_total(self) -> float:
+        return float(self.free_cpus.sum())
+
+    @cached_property
+    def free_mem_total(self) -> float:
+        return float(self.free_mem.sum())
+
+    @cached_property
+    def max_free_gpus(self) -> float:
+        """The most free GPUs on any one server (0 on a cluster without servers)."""
+        return float(self.free_gpus.max()) if self.free_gpus.size else 0.0
 
     @cached_property
     def running(self) -> tuple[JobView, ...]:
@@ -192,6 +274,8 @@ class Snapshot:
         running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
+        free_totals: FreeTotals | None = None,
+        free_buckets: Mapping[float, list[int]] | None = None,
     ) -> Snapshot:
         """Copy the mutable inputs so that the snapshot cannot change under decide().
 
@@ -202,6 +286,10 @@ class Snapshot:
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
         changes them only after it is done with the snapshot (the simulator, at every event).
         `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
+        free_totals: the free arrays' sums and largest free-GPU count, kept by a shell as it changes them
+        (FreeLedger), so that no decision sums 500 servers again; they must agree with the arrays.
+        free_buckets: the servers at each free-GPU count, in server order (FreeLedger.buckets), for placers
+        that look for the tightest server; it must agree with free_gpus and not change while decide() runs.
         """
         if tenant_gpus is None:
             if callable(running):
@@ -224,8 +312,14 @@ class Snapshot:
             queued=queued if isinstance(queued, LazyJobs) else tuple(queued),
             # A read-only mapping is the shell's promise that it does not change it (the simulator's quotas).
             tenants=tenants if isinstance(tenants, MappingProxyType) else MappingProxyType(dict(tenants or {})),
-            tenant_gpus=MappingProxyType({t: g for t, g in tenant_gpus.items() if g}),
+            # Likewise a read-only tenant_gpus promises that it holds no zeros (the simulator keeps it so).
+            tenant_gpus=(tenant_gpus if isinstance(tenant_gpus, MappingProxyType)
+                         else MappingProxyType({t: g for t, g in tenant_gpus.items() if g})),
         )
+        if free_totals is not None:
+            d = snap.__dict__
+            d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
+        snap.__dict__["free_buckets"] = free_buckets
         if callable(running):
             snap.__dict__["_running_provider"] = running
         else:

@@ -87,6 +87,7 @@ class _ForecastRun(_Run):
         self.free_gpus[:] = snap.free_gpus
         self.free_cpus[:] = snap.free_cpus
         self.free_mem[:] = snap.free_mem
+        self.ledger.reset(self.free_gpus, self.free_cpus, self.free_mem)
         if self.live:
             # A wake-up that ends no attempt (its token matches none) makes the loop decide at the
             # snapshot's instant first, as the live control loop would, before any running job ends.

@@ -23,7 +23,7 @@ from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
+from loadmaster.scheduling.snapshot import FreeLedger, JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.records import JobRecord, Timeline
@@ -144,6 +144,8 @@ class _Run:
         # change) and the quotas, which never change during a run.
         self.free_views = (_read_only(self.free_gpus), _read_only(self.free_cpus), _read_only(self.free_mem))
         self.quotas = MappingProxyType(dict(sim.tenants))
+        # Their sums and largest free-GPU count, kept by hold() as they change: every snapshot is given them.
+        self.ledger = FreeLedger(self.free_gpus, self.free_cpus, self.free_mem)
         self.queued: dict[str, _Live] = {}
         self.running: dict[str, _Live] = {}
         # The views decide() sees, kept beside the live state: the queue in a Session (which keeps it in the
@@ -157,7 +159,12 @@ class _Run:
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
         # per tuple of running views (LAS) compute them once for all the decisions in between.
         self._running_tuple: tuple[JobView, ...] | None = None
+        # GPUs per tenant, every tenant that ever ran (zeros included), in the order they first ran; and the
+        # same without the zeros, in that order, kept in place and handed to every snapshot as a read-only
+        # view (build() would otherwise copy it at every decision).
         self.tenant_gpus: dict[str, int] = {}
+        self._holding: dict[str, int] = {}
+        self.holding_view = MappingProxyType(self._holding)
         self.tenant_running: dict[str, dict[str, JobView]] = {}
         # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
         self.growable: dict[str, None] = {}
@@ -313,8 +320,9 @@ class _Run:
         snap = Snapshot.build(
             self.clock, self.cluster, *self.free_views,
             self.session.queued, self.running_tuple, self.quotas,
-            self.tenant_gpus, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
+            self.holding_view, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
             copy=False,  # the free arrays change only when the plan is carried out, after decide()
+            free_totals=self.ledger.totals(), free_buckets=self.ledger.buckets,
         )
         self.snap = snap
         return self.session.decide(snap)
@@ -388,14 +396,19 @@ class _Run:
         gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
         nodes = alloc.learner_nodes
+        moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
-            left_g = gpus[node] - sign * count * g
-            left_c = cpus[node] - sign * count * c
-            left_m = mem[node] - sign * count * m
+            had_g = float(gpus[node])
+            d_c = -sign * count * c
+            d_m = -sign * count * m
+            left_g = had_g - sign * count * g
+            left_c = cpus[node] + d_c
+            left_m = mem[node] + d_m
             gpus[node] = left_g
             cpus[node] = left_c
             mem[node] = left_m
+            moved(node, had_g, left_g, d_c, d_m)
             if left_g < -1e-9 or left_c < -1e-6 or left_m < -1e-6:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         if busy:
@@ -461,7 +474,13 @@ class _Run:
         self.running_views[job_id] = view
         self._running_tuple = None
         tenant = spec.tenant
-        self.tenant_gpus[tenant] = self.tenant_gpus.get(tenant, 0) + learners * alloc.gpus_per_learner
+        had = self.tenant_gpus.get(tenant, 0)
+        holds = self.tenant_gpus[tenant] = had + learners * alloc.gpus_per_learner
+        if had:
+            self._holding[tenant] = holds
+        else:  # back among the holders, in its first-run place (a snapshot's tenant order is that order)
+            self._holding.clear()
+            self._holding.update((t, g) for t, g in self.tenant_gpus.items() if g)
         running = self.tenant_running.get(tenant)
         if running is None:
             running = self.tenant_running[tenant] = {}
@@ -480,7 +499,11 @@ class _Run:
             self.growable.pop(job_id, None)
         gpus = len(alloc.learner_nodes) * alloc.gpus_per_learner
         tenant = view.spec.tenant
-        self.tenant_gpus[tenant] -= gpus
+        holds = self.tenant_gpus[tenant] = self.tenant_gpus[tenant] - gpus
+        if holds:
+            self._holding[tenant] = holds
+        else:
+            self._holding.pop(tenant, None)
         del self.tenant_running[tenant][job_id]
         self.hold(alloc, -1)
         held = (self.clock - live.run_start) * gpus

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
 import numpy as np
@@ -154,6 +154,42 @@ def tightest_node(whole: npt.NDArray[np.bool_], free: FreeCapacity) -> int | Non
     key = np.where(whole, free.gpus, np.inf)
     node = int(key.argmin())
     return None if key[node] == np.inf else node
+
+
+# How many servers tightest_by_buckets() may turn down (short of CPUs or memory, outside the mask) before
+# it leaves the search to the array scan, which costs the same however many servers it turns down.
+_BUCKET_VISITS = 64
+GAVE_UP = -1
+
+
+def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learners: int, free: FreeCapacity,
+                        mask: npt.NDArray[np.bool_] | None) -> int | None:
+    """tightest_node(whole_gang_nodes(...) & mask) from free-GPU buckets (FreeCapacity.buckets): the
+    buckets in rising free-GPU count, each in server order, so the first server that takes the whole gang
+    is the one the scan would pick (fewest free GPUs, lowest index on ties) without a pass over every
+    server. None if no server takes it; GAVE_UP after turning down many servers, or for a job the buckets
+    do not describe (no GPUs, excluded GPU types): the caller scans the arrays then."""
+    s = job.spec
+    g, c, m = s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner
+    if g <= 0 or s.excluded_types:
+        return GAVE_UP
+    # The same bounds as whole_gang_nodes, so a server passes here exactly when it passes there.
+    need_g = learners * g - 1e-6
+    need_c = learners * c - 1e-6
+    need_m = learners * m - 1e-6
+    cpus, mem = free.cpus, free.mem
+    left = _BUCKET_VISITS
+    for level in sorted(buckets):
+        if level < need_g:
+            continue
+        for node in buckets[level]:
+            if ((mask is None or mask[node]) and (c <= 0 or cpus[node] >= need_c)
+                    and (m <= 0 or mem[node] >= need_m)):
+                return node
+            left -= 1
+            if not left:
+                return GAVE_UP
+    return None
 
 
 def fewest_servers(slots: npt.NDArray[np.int64], learners: int) -> tuple[list[int], list[int]]:

@@ -10,11 +10,13 @@ import numpy.typing as npt
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
+    GAVE_UP,
     Placer,
     best_spanning,
     failure_reason,
     learner_slots,
     make_allocation,
+    tightest_by_buckets,
     tightest_node,
     type_groups,
     whole_gang_nodes,
@@ -40,10 +42,13 @@ class PackPlacer(Placer):
     def _within(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
                 mask: npt.NDArray[np.bool_] | None) -> Allocation | None:
         """Best placement on the nodes of `mask` (None: any type, the best over all types)."""
-        whole = whole_gang_nodes(job, learners, free, snap)
-        if mask is not None:
-            whole &= mask
-        node = tightest_node(whole, free)
+        buckets = free.buckets
+        node = GAVE_UP if buckets is None else tightest_by_buckets(buckets, job, learners, free, mask)
+        if node == GAVE_UP:
+            whole = whole_gang_nodes(job, learners, free, snap)
+            if mask is not None:
+                whole &= mask
+            node = tightest_node(whole, free)
         if node is not None:
             return make_allocation(job, [node], [learners])
         groups = [mask] if mask is not None else type_groups(snap, job)

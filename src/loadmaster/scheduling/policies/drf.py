@@ -49,37 +49,51 @@ DEFAULT_MAX_LOSS_S = 60.0
 DEFAULT_ROUND_S = 60.0
 
 
+# (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
+# tenants with queued or running jobs, for the next gate to reuse.
+_Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
+
+
 class DrfGate(Gate):
     """Per-tenant GPU, CPU and memory usage during one decide() call, and the dominant shares from it."""
 
     def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota],
-                 totals: tuple[float, float, float] | None = None) -> None:
+                 totals: tuple[float, float, float] | None = None, weights: _Weights | None = None) -> None:
         """`totals`: the cluster's GPUs, CPUs and memory, when the caller already has them (they are sums
-        over every server, and a gate is made for every decision)."""
+        over every server, and a gate is made for every decision). `weights`: an earlier gate's `weights`,
+        reused if its quotas and active tenants are this snapshot's."""
         super().__init__(snap)
         c = snap.cluster
         total_gpus, total_cpus, total_mem = totals if totals is not None else (c.total_gpus, c.total_cpus,
                                                                                 c.total_mem_gb)
-        # 1 / total per resource; a resource the cluster does not have counts for nobody.
-        self.inv_total = tuple(1.0 / t if t > 0 else 0.0 for t in (total_gpus, total_cpus, total_mem))
+        # 1 / total per resource; a resource the cluster does not have counts for nobody. (Written out: a
+        # generator here cost a tenth of the gate, which is made at every decision.)
+        self.inv_total = (1.0 / total_gpus if total_gpus > 0 else 0.0, 1.0 / total_cpus if total_cpus > 0 else 0.0,
+                          1.0 / total_mem if total_mem > 0 else 0.0)
         # decide() runs once per event, so the gate must not walk every running job each time. When
         # no running job holds CPUs or memory (the free arrays say so in two sums), shares are GPU
         # shares and the snapshot's per-tenant GPU counts are enough; otherwise a tenant's usage is
         # summed over its running jobs on first use, for the tenants a round actually asks about.
-        used_cpus = total_cpus - float(snap.free_cpus.sum())
-        used_mem = total_mem - float(snap.free_mem.sum())
+        used_cpus = total_cpus - snap.free_cpu_total
+        used_mem = total_mem - snap.free_mem_total
         self.gpus_only = used_cpus <= 1e-6 * max(1.0, total_cpus) and used_mem <= 1e-6 * max(1.0, total_mem)
         self.usage: dict[str, list[float]] = {}
         self.running_tenants = tuple(snap.tenant_gpus if self.gpus_only else snap.running_by_tenant)
-        active = set(self.running_tenants) | snap.queued_tenants
-        weighted = any(q.gpus > 0 for q in quotas.values())
-        self.weight: dict[str, float] = {}
-        for t in active:
-            q = quotas.get(t)
-            self.weight[t] = (float(q.gpus) if q is not None else 0.0) if weighted else 1.0
-        total_weight = sum(self.weight.values())
-        # Entitled dominant share divided by weight: the same level for every weighted tenant.
-        self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
+        active = snap.queued_tenants.union(self.running_tenants)
+        if weights is not None and weights[0] is quotas and weights[1] == active:
+            self.weight, self.fair_level = weights[2], weights[3]
+        else:
+            weighted = any(q.gpus > 0 for q in quotas.values())
+            self.weight = {}
+            for t in active:
+                q = quotas.get(t)
+                self.weight[t] = (float(q.gpus) if q is not None else 0.0) if weighted else 1.0
+            total_weight = sum(self.weight.values())
+            # Entitled dominant share divided by weight: the same level for every weighted tenant.
+            self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
+        # What the next gate may reuse while the quotas and the active tenants stay the same (most
+        # decisions: tenants come and go far less often than jobs). Read-only once made.
+        self.weights: _Weights = (quotas, active, self.weight, self.fair_level)
         self._levels: dict[str, tuple[int, float]] = {}
         self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
         self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
@@ -304,7 +318,7 @@ class _SkippingProgressiveOrder:
         # Classes answered without a visit (_prune), with the answer, skipped like answered ones while no
         # victim has been released in this round. Which of them the walk has passed (so a visit would have
         # answered them) follows from each tenant's position in its queue, now and at the last start.
-        self.free = float(gate.snap.free_gpus.sum())  # FreeCapacity.total_gpus at the round's start
+        self.free = gate.snap.free_gpu_total  # FreeCapacity.total_gpus at the round's start
         self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate)
         self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
         self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
@@ -321,22 +335,28 @@ class _SkippingProgressiveOrder:
         take the free GPUs below the gang: started() then walks the class again). Under overload that is
         most classes, and decide() would answer each at every decision. With `migrate`, a FRAGMENTATION
         class may start by moving running jobs: it is visited (moves never add free GPUs: NO_CAPACITY holds)."""
-        free_gpus = gate.snap.free_gpus
-        largest = float(free_gpus.max()) if free_gpus.size else 0.0  # FreeCapacity.max_node_gpus
+        # Every class of every queued tenant is looked at, at every decision: the bounds and answers are
+        # looked up once here, not per class.
+        above_free = free + 1e-9
+        above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
+        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
+        within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
-                spec = cls.views[0].spec
-                if spec.learners * spec.gpus_per_learner > free + 1e-9:
-                    reason = WaitReason.NO_CAPACITY
-                elif not migrate and spec.gpus_per_learner > largest + 1e-9:
-                    reason = WaitReason.FRAGMENTATION
+                view = cls.views[0]
+                spec = view.spec
+                g = spec.gpus_per_learner
+                if spec.learners * g > above_free:
+                    reason = no_capacity
+                elif g > above_largest:
+                    reason = fragmentation
                 else:
                     continue
-                if over or not gate.within_entitlement(cls.views[0]):
+                if over or not within(view):
                     pruned[cls] = reason
         return pruned
 
@@ -494,13 +514,16 @@ class DrfPolicy(Policy):
         self._current: tuple[Snapshot, DrfGate] | None = None
         # The last cluster's total GPUs, CPUs and memory (clusters are immutable).
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
+        # The last gate's weights and fair level, with the quotas and active tenants they came from.
+        self._weights: _Weights | None = None
 
     def gate(self, snap: Snapshot) -> DrfGate:
         totals = self._totals
         if totals is None or totals[0] is not snap.cluster:
             c = snap.cluster
             totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
-        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1])
+        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights)
+        self._weights = gate.weights
         self._current = (snap, gate)
         return gate
 

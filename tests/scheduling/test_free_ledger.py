@@ -1,0 +1,109 @@
+"""FreeLedger, the free arrays' sums, largest free-GPU count and free-GPU buckets kept by a shell across
+events: after any sequence of starts and ends they must equal the values recomputed from the arrays, and a
+snapshot given them must decide as one that computes them itself (pack's tightest fit from the buckets
+included)."""
+
+from __future__ import annotations
+
+import numpy as np
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadmaster.core.job import JobSpec
+from loadmaster.scheduling import Snapshot, decide, make_placer, make_policy
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.placement.base import GAVE_UP, tightest_by_buckets, tightest_node, whole_gang_nodes
+from loadmaster.scheduling.snapshot import FreeLedger, JobView
+from tests.scheduling.test_invariants import snapshots
+
+_CAP_G, _CAP_C, _CAP_M = 8.0, 32.0, 96.5
+
+
+@settings(max_examples=150, deadline=None)
+@given(servers=st.integers(1, 12),
+       steps=st.lists(st.tuples(st.integers(0, 11), st.integers(1, 8), st.sampled_from([0.0, 1.5, 4.0, 0.1]),
+                                st.sampled_from([0.0, 2.25, 10.0, 0.3]), st.booleans()), max_size=80))
+def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
+        servers: int, steps: list[tuple[int, int, float, float, bool]]) -> None:
+    gpus = np.full(servers, _CAP_G)
+    cpus = np.full(servers, _CAP_C)
+    mem = np.full(servers, _CAP_M)
+    ledger = FreeLedger(gpus, cpus, mem)
+    held: list[tuple[int, int, float, float]] = []
+    for node, g, c, m, end in steps:
+        if end and held:  # an end: give back the oldest holding
+            n, g, c, m = held.pop(0)
+            sign = -1
+        else:
+            n = node % servers
+            if gpus[n] < g or cpus[n] < c or mem[n] < m:
+                continue
+            held.append((n, g, c, m))
+            sign = 1
+        had = float(gpus[n])
+        gpus[n] = had - sign * g
+        cpus[n] += -sign * c
+        mem[n] += -sign * m
+        ledger.moved(n, had, float(gpus[n]), -sign * c, -sign * m)
+        tg, tc, tm, top = ledger.totals()
+        assert tg == float(gpus.sum())
+        assert top == float(gpus.max())
+        assert abs(tc - float(cpus.sum())) < 1e-9
+        assert abs(tm - float(mem.sum())) < 1e-9
+        assert {k: v for k, v in ledger.buckets.items()} == _buckets(gpus)
+
+
+def _buckets(gpus: np.ndarray) -> dict[float, list[int]]:
+    out: dict[float, list[int]] = {}
+    for node, g in enumerate(gpus.tolist()):
+        out.setdefault(g, []).append(node)
+    return out
+
+
+def test_reset_recounts_arrays_overwritten_wholesale() -> None:
+    gpus, cpus, mem = np.array([8.0, 8.0]), np.array([4.0, 4.0]), np.array([1.0, 1.0])
+    ledger = FreeLedger(gpus, cpus, mem)
+    gpus[:] = [3.0, 5.0]
+    cpus[:] = [1.0, 2.0]
+    ledger.reset(gpus, cpus, mem)
+    assert ledger.totals() == (8.0, 3.0, 2.0, 5.0)
+
+
+def test_an_empty_cluster_has_no_largest_server() -> None:
+    empty = np.zeros(0)
+    assert FreeLedger(empty, empty, empty).totals() == (0.0, 0.0, 0.0, 0.0)
+
+
+@settings(max_examples=60, deadline=None)
+@given(snap=snapshots(), policy_name=st.sampled_from(["fifo", "drf", "las", "themis"]),
+       placement=st.sampled_from(["pack", "spread"]))
+def test_a_snapshot_given_the_ledger_decides_as_one_that_sums(snap: Snapshot, policy_name: str,
+                                                              placement: str) -> None:
+    ledger = FreeLedger(snap.free_gpus, snap.free_cpus, snap.free_mem)
+    given_totals = Snapshot.build(snap.clock, snap.cluster, snap.free_gpus, snap.free_cpus, snap.free_mem,
+                                  snap.queued, snap.running, snap.tenants, free_totals=ledger.totals(),
+                                  free_buckets=ledger.buckets)
+    free = FreeCapacity(given_totals)
+    assert free.total_gpus == float(snap.free_gpus.sum())
+    assert free.max_node_gpus == (float(snap.free_gpus.max()) if snap.free_gpus.size else 0.0)
+    a = decide(snap, make_policy(policy_name), make_placer(placement))
+    b = decide(given_totals, make_policy(policy_name), make_placer(placement))
+    assert a == b
+
+
+@settings(max_examples=200, deadline=None)
+@given(snap=snapshots(), learners=st.integers(1, 4), gpus=st.integers(1, 8), cpus=st.sampled_from([0.0, 1.0, 6.0]),
+       mem=st.sampled_from([0.0, 4.0, 40.0]), typed=st.booleans())
+def test_the_tightest_server_from_buckets_is_the_scanned_one(snap: Snapshot, learners: int, gpus: int, cpus: float,
+                                                              mem: float, typed: bool) -> None:
+    ledger = FreeLedger(snap.free_gpus, snap.free_cpus, snap.free_mem)
+    job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0, cpus_per_learner=cpus, mem_gb_per_learner=mem), 0.0)
+    free = FreeCapacity(snap)
+    mask = snap.cluster.type_masks[0][1] if typed and snap.cluster.type_masks else None
+    whole = whole_gang_nodes(job, learners, free, snap)
+    if mask is not None:
+        whole &= mask
+    found = tightest_by_buckets(ledger.buckets, job, learners, free, mask)
+    if free.gpus.size <= 64:  # it turns down at most 64 servers before leaving it to the scan
+        assert found != GAVE_UP
+    assert found == GAVE_UP or found == tightest_node(whole, free)
