@@ -156,16 +156,21 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
     """rho of a running job stopped at `clock` and restarted at once at its current rate: it redoes the
     work since its last checkpoint (all of it without checkpoints) and pays a restart."""
     # work_at() and _ideal_s() written out (the same operations): this runs for every running job a
-    # displacement may take, at almost every decision.
+    # displacement may take, at almost every decision. Each max(a, b) is written `b if a < b else a`, which
+    # is what max() returns (the first argument unless the second is larger), without a call.
     spec = victim.spec
     rate = victim.rate
-    work = victim.work_done_s + rate * max(0.0, clock - victim.as_of)
+    elapsed = clock - victim.as_of
+    work = victim.work_done_s + rate * (elapsed if elapsed > 0.0 else 0.0)
     lost = work % ckpt if ckpt > 0 else work
-    remaining = max(0.0, spec.duration_s - work)
-    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(rate, _TINY)
+    remaining = spec.duration_s - work
+    if not remaining > 0.0:
+        remaining = 0.0
+    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / (_TINY if rate < _TINY else rate)
     gpus = spec.learners * spec.gpus_per_learner
     slower = gpus / share if 0 < share < gpus else 1.0
-    return shared / max(spec.duration_s * slower, _TINY)
+    ideal = spec.duration_s * slower
+    return shared / (_TINY if ideal < _TINY else ideal)
 
 
 class _Round:
@@ -214,7 +219,11 @@ class _Round:
         for j in queued:
             spec = j.spec
             job_id = spec.job_id
-            remaining = max(0.0, spec.duration_s - (j.work_done_s + j.rate * max(0.0, clock - j.as_of)))
+            # max(a, b) written out as in _rho_if_preempted: the same value, without two calls per job.
+            elapsed = clock - j.as_of
+            remaining = spec.duration_s - (j.work_done_s + j.rate * (elapsed if elapsed > 0.0 else 0.0))
+            if not remaining > 0.0:
+                remaining = 0.0
             gpus = spec.learners * spec.gpus_per_learner
             if spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None):
                 speed = 1.0  # every type is worth the same to this job: bid() would say so
@@ -222,7 +231,8 @@ class _Round:
             else:
                 speed = max(self.bid(j)[1], _TINY)
             slower = gpus / share if 0 < share < gpus else 1.0
-            rho = ((clock - spec.submit_time_s) + remaining / speed) / max(spec.duration_s * slower, _TINY)
+            ideal = spec.duration_s * slower
+            rho = ((clock - spec.submit_time_s) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
             rho_of[job_id] = rho
             by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
         by_rho.sort(key=_FIRST_THREE)
