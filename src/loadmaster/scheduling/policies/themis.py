@@ -176,8 +176,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_held", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
-                 "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
+                 "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -185,7 +185,10 @@ class _Round:
         self.clock = snap.clock
         queued = snap.queued
         self.facts = policy.cluster_facts(snap.cluster)
-        self.share = self.facts.total_gpus / max(len(queued) + len(snap.running), 1)  # a private 1/N slice
+        # A private 1/N slice, N = queued + running jobs: worked out on first use (the `share` property), since
+        # counting the running jobs makes the shell list them, and a lone arrival that starts on free GPUs
+        # (most decisions on a cluster that is not overloaded) never needs a rho.
+        self._share: float | None = None
         self.valued: dict[tuple[object, ...], list[tuple[float, bool, str]] | None] = {}
         self.bids: dict[str, _Bid] = {}
         self._types: dict[str, tuple[float, float, float]] | None = None
@@ -296,6 +299,15 @@ class _Round:
         self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
 
     # -- rho ------------------------------------------------------------------------------------------
+    @property
+    def share(self) -> float:
+        """GPUs per contending job: the cluster's GPUs over the queued and running jobs (at least one)."""
+        share = self._share
+        if share is None:
+            snap = self.snap
+            share = self._share = self.facts.total_gpus / max(len(snap.queued) + len(snap.running), 1)
+        return share
+
     def ideal_s(self, spec: JobSpec) -> float:
         return _ideal_s(spec, self.share)
 
