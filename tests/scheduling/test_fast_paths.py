@@ -86,6 +86,33 @@ def test_busy_clusters_get_the_same_plan_by_class(seed: int, policy: str, placem
     assert fast == slow
 
 
+def every_attempt(policy: Policy) -> Policy:
+    """The same policy, with no decision classes and a blocks_others() of its own that holds nobody back:
+    decide() then attempts every job (its short cut for gangs larger than every free GPU is off)."""
+    one_by_one(policy)
+    if type(policy).blocks_others is Policy.blocks_others:
+        policy.blocks_others = lambda job: False  # type: ignore[method-assign]
+    return policy
+
+
+@settings(max_examples=200, deadline=None)
+@given(snapshots(), st.sampled_from(sorted(POLICIES)), st.sampled_from(sorted(PLACERS)), st.booleans())
+def test_gangs_larger_than_the_free_gpus_wait_as_an_attempt_says(snap: Snapshot, policy: str, placement: str,
+                                                                 migrate: bool) -> None:
+    fast = decide(snap, make_policy(policy), make_placer(placement), migrate)
+    slow = decide(snap, every_attempt(make_policy(policy)), make_placer(placement), migrate)
+    assert fast == slow
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("policy", ["themis", "las", "srtf", "fifo"])
+def test_busy_clusters_get_the_plan_of_every_attempt(seed: int, policy: str) -> None:
+    snap = _busy_world(seed)
+    for migrate in (False, True):
+        assert decide(snap, make_policy(policy), make_placer("pack"), migrate) == decide(
+            snap, every_attempt(make_policy(policy)), make_placer("pack"), migrate)
+
+
 @pytest.mark.parametrize("seed", range(4))
 def test_themis_ranks_a_long_queue_as_it_ranks_a_short_one(seed: int, monkeypatch: pytest.MonkeyPatch) -> None:
     snap = _busy_world(seed, queued=200)

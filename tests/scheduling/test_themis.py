@@ -348,6 +348,19 @@ def test_rho_if_preempted_redoes_the_work_since_the_last_checkpoint_and_pays_a_r
         assert _rho_if_preempted(v, clock, share, ckpt, 30.0) == shared / _ideal_s(v.spec, share)
 
 
+@settings(max_examples=100, deadline=None)
+@given(contested(), st.sampled_from([0.5, 1.0, 5.0]))
+def test_the_victim_list_values_each_victim_as_rho_if_preempted_does(snap: Snapshot, rho: float) -> None:
+    # victims() writes _rho_if_preempted out inline: the values and the order must stay its.
+    policy = ThemisPolicy()
+    rnd = policy._round(snap)
+    entries = rnd.victims(rho)
+    p = policy
+    expected = sorted((_rho_if_preempted(e[3], snap.clock, rnd.share, p.checkpoint_interval_s,
+                                          p.restart_overhead_s), e[1], e[2]) for e in entries)
+    assert [e[:3] for e in entries] == expected
+
+
 # -- the re-auction with migration (issue 13): a running job whose lease ended may move to better GPUs --------
 def on_k80(duration: float, work: float, started: float = 0.0) -> Snapshot:
     """A job 20x slower on K80 than on V100, running on the K80 server since `started` at its K80 rate with `work`

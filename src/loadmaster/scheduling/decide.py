@@ -525,6 +525,15 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
     alike_version = alike_starts = 0
     starts = rnd.starts
     free = rnd.free
+    # A gang larger than every free GPU waits for capacity whatever else is known of it, unless it may
+    # displace someone: attempt() would answer NO_CAPACITY after the same checks (place_at's first test; no
+    # defragmentation or displacement applies). Only where nothing else can come of the attempt: no quota
+    # gate (it answers first), no strict order (an attempt may block the rest), not elastic (smaller sizes).
+    # Under overload most of a long queue is this case once the free GPUs are gone.
+    short_cut = not rnd.gated and not may_block
+    preemptive = policy.preemptive
+    preemptor = policy.preemptor
+    gate = rnd.gate
     # The loop below runs once per queued job per round: keep its common path free of needless calls.
     for job in policy.rank(snap):
         if blocked:
@@ -534,6 +543,13 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
         if why_never:
             rejects.append(Reject(job.spec.job_id, why_never))
             continue
+        if short_cut:
+            spec = job.spec
+            if (spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9
+                    and ((spec.min_learners is None and spec.max_learners is None) or not spec.elastic)
+                    and not (preemptive and preemptor(snap, gate, job))):
+                waits.append(Wait(spec.job_id, WaitReason.NO_CAPACITY))
+                continue
         key = rnd.alike_key(job)
         if key is not None:
             if free.version != alike_version or len(starts) != alike_starts:

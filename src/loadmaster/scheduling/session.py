@@ -215,7 +215,9 @@ class Session:
         return out
 
     def _decide_full(self, snap: Snapshot) -> Plan:
-        plan = decide(snap, self.policy, self.placer, self.migrate)
+        plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None
+        if plan is None:
+            plan = decide(snap, self.policy, self.placer, self.migrate)
         known = self._reason
         changed = []
         for w in plan.waits:
@@ -227,6 +229,32 @@ class Session:
         for r in plan.rejects:
             known.pop(r.job_id, None)
         return Plan(plan.starts, plan.preempts, plan.resizes, plan.rejects, tuple(changed), plan.migrations)
+
+    def _decide_one(self, snap: Snapshot) -> Plan | None:
+        """Full mode's lone arrival: decide() on a queue of one job, without what only a longer queue
+        needs (the alike key that lets later jobs reuse an answer). The job is first in any ranking, and
+        every policy in full mode offers it all it would offer any job (Themis: one queued job is the whole
+        offered set). The steps are decide()'s for that job, in its order: reject, or attempt; elastic growth
+        as decide() allows it. None where the snapshot's queue is not the session's one job."""
+        if len(snap.queued) != 1:
+            return None
+        policy = self.policy
+        rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
+        ranked = policy.rank(snap)  # asked first, as decide() does (a policy may build its round there)
+        if len(ranked) != 1:
+            return None
+        view = ranked[0]
+        why = rnd.why_never(view)
+        rejects: list[Reject] = []
+        waits: list[Wait] = []
+        if why:
+            rejects.append(Reject(view.job_id, why))
+        else:
+            result, _ = rnd.attempt(view)
+            if not isinstance(result, Allocation):
+                waits.append(Wait(view.job_id, result))
+        rnd.grows_elastic(waits)
+        return rnd.plan(rejects, waits)
 
     def _entries_class(self, job_id: str) -> JobClass:
         return self._entries[job_id].cls

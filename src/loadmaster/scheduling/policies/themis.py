@@ -156,23 +156,28 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
     """rho of a running job stopped at `clock` and restarted at once at its current rate: it redoes the
     work since its last checkpoint (all of it without checkpoints) and pays a restart."""
     # work_at() and _ideal_s() written out (the same operations): this runs for every running job a
-    # displacement may take, at almost every decision.
+    # displacement may take, at almost every decision. Each max(a, b) is written `b if a < b else a`, which
+    # is what max() returns (the first argument unless the second is larger), without a call.
     spec = victim.spec
     rate = victim.rate
-    work = victim.work_done_s + rate * max(0.0, clock - victim.as_of)
+    elapsed = clock - victim.as_of
+    work = victim.work_done_s + rate * (elapsed if elapsed > 0.0 else 0.0)
     lost = work % ckpt if ckpt > 0 else work
-    remaining = max(0.0, spec.duration_s - work)
-    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / max(rate, _TINY)
+    remaining = spec.duration_s - work
+    if not remaining > 0.0:
+        remaining = 0.0
+    shared = (clock - spec.submit_time_s) + restart + (remaining + lost) / (_TINY if rate < _TINY else rate)
     gpus = spec.learners * spec.gpus_per_learner
     slower = gpus / share if 0 < share < gpus else 1.0
-    return shared / max(spec.duration_s * slower, _TINY)
+    ideal = spec.duration_s * slower
+    return shared / (_TINY if ideal < _TINY else ideal)
 
 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_held", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
-                 "clock", "facts", "offered", "policy", "ranked", "rho", "share", "snap", "valued")
+    __slots__ = ("_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
+                 "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -180,7 +185,10 @@ class _Round:
         self.clock = snap.clock
         queued = snap.queued
         self.facts = policy.cluster_facts(snap.cluster)
-        self.share = self.facts.total_gpus / max(len(queued) + len(snap.running), 1)  # a private 1/N slice
+        # A private 1/N slice, N = queued + running jobs: worked out on first use (the `share` property), since
+        # counting the running jobs makes the shell list them, and a lone arrival that starts on free GPUs
+        # (most decisions on a cluster that is not overloaded) never needs a rho.
+        self._share: float | None = None
         self.valued: dict[tuple[object, ...], list[tuple[float, bool, str]] | None] = {}
         self.bids: dict[str, _Bid] = {}
         self._types: dict[str, tuple[float, float, float]] | None = None
@@ -214,7 +222,11 @@ class _Round:
         for j in queued:
             spec = j.spec
             job_id = spec.job_id
-            remaining = max(0.0, spec.duration_s - (j.work_done_s + j.rate * max(0.0, clock - j.as_of)))
+            # max(a, b) written out as in _rho_if_preempted: the same value, without two calls per job.
+            elapsed = clock - j.as_of
+            remaining = spec.duration_s - (j.work_done_s + j.rate * (elapsed if elapsed > 0.0 else 0.0))
+            if not remaining > 0.0:
+                remaining = 0.0
             gpus = spec.learners * spec.gpus_per_learner
             if spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None):
                 speed = 1.0  # every type is worth the same to this job: bid() would say so
@@ -222,7 +234,8 @@ class _Round:
             else:
                 speed = max(self.bid(j)[1], _TINY)
             slower = gpus / share if 0 < share < gpus else 1.0
-            rho = ((clock - spec.submit_time_s) + remaining / speed) / max(spec.duration_s * slower, _TINY)
+            ideal = spec.duration_s * slower
+            rho = ((clock - spec.submit_time_s) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
             rho_of[job_id] = rho
             by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
         by_rho.sort(key=_FIRST_THREE)
@@ -286,6 +299,15 @@ class _Round:
         self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
 
     # -- rho ------------------------------------------------------------------------------------------
+    @property
+    def share(self) -> float:
+        """GPUs per contending job: the cluster's GPUs over the queued and running jobs (at least one)."""
+        share = self._share
+        if share is None:
+            snap = self.snap
+            share = self._share = self.facts.total_gpus / max(len(snap.queued) + len(snap.running), 1)
+        return share
+
     def ideal_s(self, spec: JobSpec) -> float:
         return _ideal_s(spec, self.share)
 
@@ -350,9 +372,23 @@ class _Round:
                 job_id = spec.job_id
                 victim_rho = known.get(job_id)
                 if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
-                    victim_rho = known[job_id] = _rho_if_preempted(v, clock, share, ckpt, restart)
+                    # _rho_if_preempted() written out (the same operations in the same order): a call per
+                    # running job at almost every decision was a tenth of this loop.
+                    rate = v.rate
+                    elapsed = clock - v.as_of
+                    work = v.work_done_s + rate * (elapsed if elapsed > 0.0 else 0.0)
+                    lost = work % ckpt if ckpt > 0 else work
+                    remaining = spec.duration_s - work
+                    if not remaining > 0.0:
+                        remaining = 0.0
+                    shared = ((clock - spec.submit_time_s) + restart
+                              + (remaining + lost) / (_TINY if rate < _TINY else rate))
+                    gpus = spec.learners * spec.gpus_per_learner
+                    ideal = spec.duration_s * (gpus / share if 0 < share < gpus else 1.0)
+                    victim_rho = known[job_id] = shared / (_TINY if ideal < _TINY else ideal)
                 entries.append((victim_rho, -(started or 0.0), job_id, v))
-            entries.sort(key=_VICTIM_ORDER)
+            # Ids are unique: plain tuple order is _VICTIM_ORDER's, and the views are never compared.
+            entries.sort()
             self._victims = entries
             self._victims_min_gpus = min_gpus
             self._held = None
