@@ -7,9 +7,12 @@ queue full (target under 1 s).
     .venv/bin/python bench/bench_throughput.py --jobs 2000 --db postgresql://postgres@127.0.0.1:5432/DB
 
 Everything is real: the server process (API, control loop, local executor), every job's learner a process
-under its shim. Submissions are 20 httpx AsyncClients in this process, one keep-alive connection each; the
+under its shim. Submissions are 20 clients in this process, one keep-alive connection each (--client: lean,
+the default, HTTP/1.1 by hand as bench_api.py's, ~0.08 ms of CPU per submission; httpx, the old client, ~1 ms:
+on 2 shared cores that CPU is taken from the server, so the clients' own CPU per job is reported); the
 control loop starts jobs while they arrive. Jobs ended are counted from /metrics (loadmaster_jobs) once a
-second. Prints a table and writes bench/results/throughput.json (throughput_postgresql.json with --db).
+second; the JSON keeps that timeline, and the rate while the clients submit ("burst") and after.
+Prints a table and writes bench/results/throughput.json (throughput_postgresql.json with --db).
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import json
 import os
 import re
 import statistics
@@ -26,32 +30,53 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import httpx
 
+from bench_api import Tally, _read_answer
 from common import ROOT, print_table, write_results
-from platform_server import ADMIN, Server
+from platform_server import ADMIN, Server, cpu_s
 
 MANIFEST = {"name": "tiny", "command": ["true"], "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
 _COMPLETED = re.compile(r'^loadmaster_jobs\{status="(COMPLETED|FAILED)",tenant="[^"]*"\} (\S+)', re.M)
 
 
-async def _client(url: str, token: str, n: int, latencies: list[float], errors: list[str]) -> None:
+async def _httpx_client(url: str, token: str, n: int, tally: Tally) -> None:
     async with httpx.AsyncClient(base_url=url, headers={"Authorization": f"Bearer {token}"}, timeout=60) as c:
         for _ in range(n):
             t = time.perf_counter()
             r = await c.post("/api/v1/jobs", json=MANIFEST)
-            if r.status_code != 201:
-                errors.append(f"{r.status_code} {r.text[:200]}")
-            latencies.append(time.perf_counter() - t)
+            tally.answer(t, r.status_code, r.content)
 
 
-async def submit(url: str, token: str, clients: int, jobs: int) -> tuple[float, list[float], list[str]]:
-    latencies: list[float] = []
-    errors: list[str] = []
+async def _lean_client(url: str, token: str, n: int, tally: Tally) -> None:
+    """bench_api.py's lean client with this bench's manifest: one request's bytes built once, sent n times on
+    one keep-alive connection, each whole answer read."""
+    where = urlsplit(url)
+    body = json.dumps(MANIFEST).encode()
+    request = (f"POST /api/v1/jobs HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {token}\r\n"
+               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
+    reader, writer = await asyncio.open_connection(where.hostname or "127.0.0.1", where.port or 80)
+    try:
+        for _ in range(n):
+            t = time.perf_counter()
+            writer.write(request)
+            status, answer = await _read_answer(reader)
+            tally.answer(t, status, answer)
+    finally:
+        writer.close()
+        await writer.wait_closed()
+
+
+CLIENTS = {"lean": _lean_client, "httpx": _httpx_client}
+
+
+async def submit(url: str, token: str, clients: int, jobs: int, client: str) -> tuple[float, Tally]:
+    tally = Tally()
     started = time.perf_counter()
-    await asyncio.gather(*(_client(url, token, jobs // clients, latencies, errors) for _ in range(clients)))
-    return time.perf_counter() - started, latencies, errors
+    await asyncio.gather(*(CLIENTS[client](url, token, jobs // clients, tally) for _ in range(clients)))
+    return time.perf_counter() - started, tally
 
 
 def ended(server: Server) -> int:
@@ -100,8 +125,12 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         server_cpu = server.cpu_s()
         tree_cpu = tree_cpu_s(server)
         load = os.getloadavg()[0]
+        client_cpu = cpu_s(os.getpid())
         first = time.perf_counter()
-        submit_s, latencies, errors = asyncio.run(submit(server.url, token, args.clients, args.jobs))
+        submit_s, tally = asyncio.run(submit(server.url, token, args.clients, args.jobs, args.client))
+        client_cpu = cpu_s(os.getpid()) - client_cpu
+        ended_at_submitted = ended(server)
+        latencies, errors = tally.latencies, tally.errors
         total = args.clients * (args.jobs // args.clients)
         with server.client(token) as c:
             api_started = time.perf_counter()
@@ -124,22 +153,30 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         lo = next(t for t, n in samples if n >= total * 0.1)
         hi = next((t for t, n in samples if n >= total * 0.9), all_s)
         steady = (0.8 * total) / (hi - lo) if hi > lo else 0.0
+        after_burst = (done - ended_at_submitted) / (all_s - submit_s) if all_s > submit_s else 0.0
         server_cpu = server.cpu_s() - server_cpu
         tree_cpu = tree_cpu_s(server) - tree_cpu
     finally:
         code = server.stop()
+        if args.server_log:  # its round lines ("loadmaster.rounds"): what each round did and how long it took
+            Path(args.server_log).write_text("\n".join(server.lines) + "\n")
     lat_ms = sorted(x * 1000 for x in latencies)
     row = {"store": (args.db or "sqlite").split(":")[0].split("+")[0], "jobs": total, "clients": args.clients,
            "submit_per_s": total / submit_s, "submit_p50_ms": statistics.median(lat_ms),
            "submit_p99_ms": lat_ms[int(0.99 * (len(lat_ms) - 1))], "submit_errors": len(errors),
+           "client": args.client, "client_cpu_ms_per_submission": 1000 * client_cpu / max(1, len(latencies)),
            "ended": done, "ended_per_s_overall": done / all_s, "ended_per_s_steady": steady, "total_s": all_s,
+           "submit_s": submit_s, "ended_during_burst": ended_at_submitted,
+           "ended_per_s_during_burst": ended_at_submitted / submit_s, "ended_per_s_after_burst": after_burst,
            "queue_api_s": api_s, "queue_cli_s": cli_s, "queue_cli_all_s": cli_all_s, "queued_at_queue": queued_then,
            "server_cpu_ms_per_job": 1000 * server_cpu / max(1, done),
            "tree_cpu_ms_per_job": 1000 * tree_cpu / max(1, done), "load_before": load, "server_exit": code,
-           "error_sample": errors[:3]}
-    print_table([row], ["store", "jobs", "clients", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
-                        "ended_per_s_overall", "ended_per_s_steady", "queue_api_s", "queue_cli_s", "queue_cli_all_s",
-                        "server_cpu_ms_per_job", "tree_cpu_ms_per_job", "load_before"])
+           "error_sample": errors[:3], "timeline": [(round(t, 2), n) for t, n in samples]}
+    print_table([row], ["store", "jobs", "client", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
+                        "ended_per_s_overall", "ended_per_s_steady", "ended_per_s_during_burst",
+                        "ended_per_s_after_burst", "queue_api_s", "queue_cli_s", "queue_cli_all_s",
+                        "server_cpu_ms_per_job", "tree_cpu_ms_per_job", "client_cpu_ms_per_submission",
+                        "load_before"])
     return row
 
 
@@ -148,7 +185,10 @@ def main() -> None:
     parser.add_argument("--db", help="a disposable database URL (default: SQLite in a temporary directory)")
     parser.add_argument("--jobs", type=int, default=10_000)
     parser.add_argument("--clients", type=int, default=20)
+    parser.add_argument("--client", choices=sorted(CLIENTS), default="lean",
+                        help="the clients' HTTP code: lean (HTTP/1.1 by hand) or httpx (the old client)")
     parser.add_argument("--timeout", type=float, default=1800.0)
+    parser.add_argument("--server-log", help="write the server's output (its round log lines) to this file")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp:
         row = run(args, Path(tmp))
