@@ -75,11 +75,11 @@ async def _httpx_client(url: str, token: str, n: int, tally: Tally) -> None:
             tally.answer(t, r.status_code, r.content)
 
 
-async def _lean_client(url: str, token: str, n: int, tally: Tally) -> None:
+async def _lean_client(url: str, token: str, n: int, tally: Tally, manifest: dict[str, Any] = MANIFEST) -> None:
     """HTTP/1.1 keep-alive by hand: one request's bytes sent, its whole answer read, n times on one connection."""
     where = urlsplit(url)
     host, port = where.hostname or "127.0.0.1", where.port or 80
-    body = json.dumps(MANIFEST).encode()
+    body = json.dumps(manifest).encode()
     request = (f"POST /api/v1/jobs HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {token}\r\n"
                f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
     reader, writer = await asyncio.open_connection(host, port)

@@ -20,7 +20,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
-import json
 import os
 import re
 import statistics
@@ -30,11 +29,11 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit
 
 import httpx
 
-from bench_api import Tally, _read_answer
+from bench_api import Tally
+from bench_api import _lean_client as lean_client
 from common import ROOT, print_table, write_results
 from platform_server import ADMIN, Server, cpu_s
 
@@ -51,22 +50,8 @@ async def _httpx_client(url: str, token: str, n: int, tally: Tally) -> None:
 
 
 async def _lean_client(url: str, token: str, n: int, tally: Tally) -> None:
-    """bench_api.py's lean client with this bench's manifest: one request's bytes built once, sent n times on
-    one keep-alive connection, each whole answer read."""
-    where = urlsplit(url)
-    body = json.dumps(MANIFEST).encode()
-    request = (f"POST /api/v1/jobs HTTP/1.1\r\nHost: {where.netloc}\r\nAuthorization: Bearer {token}\r\n"
-               f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n").encode() + body
-    reader, writer = await asyncio.open_connection(where.hostname or "127.0.0.1", where.port or 80)
-    try:
-        for _ in range(n):
-            t = time.perf_counter()
-            writer.write(request)
-            status, answer = await _read_answer(reader)
-            tally.answer(t, status, answer)
-    finally:
-        writer.close()
-        await writer.wait_closed()
+    """bench_api.py's lean client with this bench's manifest."""
+    await lean_client(url, token, n, tally, MANIFEST)
 
 
 CLIENTS = {"lean": _lean_client, "httpx": _httpx_client}
