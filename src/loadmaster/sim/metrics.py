@@ -45,6 +45,21 @@ def delay_classes(record: JobRecord) -> dict[str, float]:
 _DELAY_CLASS = {reason.value: reason.delay_class for reason in WaitReason}
 
 
+def _split_wait(wait: dict[str, float]) -> tuple[float, float, float]:
+    """A job's waiting seconds split into fair-share, fragmentation and capacity delay (in the wait's order,
+    so the sums are the same to the last bit wherever they are made)."""
+    fair = frag = cap = 0.0
+    for reason, seconds in wait.items():
+        cls = _DELAY_CLASS.get(reason, "capacity")
+        if cls == "fair_share":
+            fair += seconds
+        elif cls == "fragmentation":
+            frag += seconds
+        else:
+            cap += seconds
+    return fair, frag, cap
+
+
 def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
     """The summary.json keys (../shared/DESIGN.md), plus the delay split and failure accounting."""
     records = result.records
@@ -63,7 +78,6 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
     first_submit = last_finish = None
     fair = frag = cap = 0.0
     reasons: dict[str, float] = {}
-    delay_class = _DELAY_CLASS
     rejected = unfinished = 0
     completed = JobStatus.COMPLETED
     for r in records:
@@ -87,15 +101,8 @@ def summarize(result: SimResult, wall_time_s: float) -> dict[str, Any]:
                     rhos.append(jct / r.ideal_s)
         wait = r.wait_s
         if wait:
-            f = g = c = 0.0
+            f, g, c = _split_wait(wait)
             for reason, seconds in wait.items():
-                cls = delay_class.get(reason, "capacity")
-                if cls == "fair_share":
-                    f += seconds
-                elif cls == "fragmentation":
-                    g += seconds
-                else:
-                    c += seconds
                 reasons[reason] = seconds + reasons.get(reason, 0)
             fair += f
             frag += g
@@ -169,7 +176,6 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
     """One row per job, as csv.writer writes it. Written for speed (117,000 rows cost about a second through
     the record's properties, delay_classes() and csv.writer): the same values worked out inline and each
     row joined by hand; a row whose text needs quoting goes through csv.writer."""
-    delay_class = _DELAY_CLASS
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(JOB_COLUMNS)
@@ -178,15 +184,7 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
             s = r.spec
             submit = s.submit_time_s
             first, finish = r.first_start_s, r.finish_s
-            fair = frag = cap = 0.0
-            for reason, seconds in r.wait_s.items():
-                cls = delay_class.get(reason, "capacity")
-                if cls == "fair_share":
-                    fair += seconds
-                elif cls == "fragmentation":
-                    frag += seconds
-                else:
-                    cap += seconds
+            fair, frag, cap = _split_wait(r.wait_s)
             jct = None if finish is None else finish - submit
             rho = None if jct is None or r.ideal_s <= 0 else jct / r.ideal_s
             # Formatting a float costs most of a row; most of a row's waits and failed GPU time are 0, written
