@@ -67,6 +67,7 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.view_rows import ViewRows
 from loadmaster.scheduling.policies.windows import enough_at
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -84,11 +85,9 @@ _AS_OF = attrgetter("as_of")
 _ATTAINED = attrgetter("attained_gpu_s")
 
 
-def _before(t: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """windows.before() of every element."""
-    with np.errstate(invalid="ignore"):
-        out: npt.NDArray[np.float64] = np.where(np.isfinite(t), t - np.abs(t) * 1e-12 - 1e-9, t)
-    return out
+def _before(t: float) -> float:
+    """windows.before(), leaving an infinite clock as it is."""
+    return t - abs(t) * 1e-12 - 1e-9 if math.isfinite(t) else t
 
 
 # Relative training throughput per GPU type, V100 = 1.0: the same numbers as the simulator's
@@ -99,15 +98,24 @@ DEFAULT_TYPE_SPEED: Mapping[str, float] = {"k80": 0.2, "p100": 0.76, "v100": 1.0
 
 @dataclass(slots=True)
 class _RunArrays:
-    """The running views' work done, rate, as_of and attained GPU-seconds; next_change_s's facts (GPUs held,
-    gang GPUs, service before a promoted run) once asked for."""
+    """The running views' numbers that do not change while they run, one element per view."""
 
     done: npt.NDArray[np.float64]
     rate: npt.NDArray[np.float64]
     as_of: npt.NDArray[np.float64]
     attained: npt.NDArray[np.float64]
     checkpoints: npt.NDArray[np.float64]  # checkpoints saved before the current run's progress (floor(done / ckpt))
-    facts: npt.NDArray[np.float64] | None = None
+    held: npt.NDArray[np.float64]  # GPUs held
+    gang: npt.NDArray[np.float64]  # GPUs of the job's gang (spec.gpus)
+    base: npt.NDArray[np.float64]  # service the current run does not count (all before it if promoted, else 0)
+    # When each view's service, as queue() counts it, reaches thresholds[q] (row q; rounded down, infinite if
+    # it never does): the threshold crossings next_change_s follows.
+    reach: npt.NDArray[np.float64]
+
+    @classmethod
+    def of(cls, rows: npt.NDArray[np.float64]) -> _RunArrays:
+        """From the columns ViewRows keeps (rows in the order of the fields)."""
+        return cls(rows[0], rows[1], rows[2], rows[3], rows[4], rows[5], rows[6], rows[7], rows[8:])
 
 
 class LasPolicy(KeyedPolicy):
@@ -139,11 +147,15 @@ class LasPolicy(KeyedPolicy):
         # Per snapshot: the running jobs' arrays, GPUs held, service as queue() counts it, displaceable now.
         self._now: tuple[Snapshot, tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                          npt.NDArray[np.bool_]]] | None = None
-        # Per running view (by identity): what next_change_s needs of it that does not change while it runs.
-        self._facts: dict[int, tuple[JobView, tuple[float, float, float]]] = {}
+        # Per running view (by identity): _RunArrays' numbers, computed once per view (a new tuple of running
+        # views mostly holds views seen before, so its arrays are a gather of these).
+        self._rows = ViewRows(8 + len(self.thresholds), self._row)
+        self._rows_for: tuple[object, ...] = (self.thresholds, checkpoint_interval_s, starve_factor)
         # The running jobs' numbers as arrays, for the last tuple of running views asked about (a shell that
         # keeps one tuple while its running jobs do not change, as the simulator does, pays for them once).
         self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
+        # Per snapshot: the running jobs' work done at its clock, and which are displaceable then.
+        self._work: tuple[Snapshot, npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None = None
         # next_change_s's last answer: (running views, free GPUs, gangs by queue, clock, the clocks at which a
         # gang could start, horizon), reused while the first three stay the same.
         self._quiet: tuple[Sequence[JobView], float, tuple[tuple[int, float], ...], float,
@@ -278,19 +290,14 @@ class LasPolicy(KeyedPolicy):
         """The clocks before the horizon at which a waiting gang of `needs` could start by displacing jobs in
         their windows (sorted), and the horizon (infinite when none ever could)."""
         clock = snap.clock
-        running = snap.running
         arrays, held, service, now = self._running_now(snap)
-        facts = arrays.facts
-        assert facts is not None
-        base = facts[:, 2]  # service before a promoted run
-        opens, closes, later = self._windows(clock, arrays, now)  # (windows followed, running jobs)
+        opens, closes, later = self._windows(clock, arrays, self._work_mask(snap)[0], now)  # (windows, jobs)
         gpus = np.broadcast_to(held, opens.shape).ravel()
         found = [np.empty(0)]
         horizon = math.inf
         for q, need in needs.items():
-            threshold = self.thresholds[q]
-            below = service < threshold
-            crosses = np.where(below, self._reach_times(running, facts, threshold + base), clock)
+            below = service < self.thresholds[q]
+            crosses = np.where(below, arrays.reach[q], clock)
             ever = np.isfinite(crosses) & np.isfinite(opens[0])  # may be displaced by this gang now or later
             if float(held[ever].sum()) + 1e-9 < need - free:
                 continue  # not even with every job it may ever displace
@@ -306,12 +313,12 @@ class LasPolicy(KeyedPolicy):
         at = np.sort(np.concatenate(found))
         return at[at < horizon], horizon
 
-    def _windows(self, clock: float, arrays: _RunArrays, now: npt.NDArray[np.bool_]
+    def _windows(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64], now: npt.NDArray[np.bool_]
                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
         """The next WINDOWS_FOLLOWED checkpoint windows of each running job (rows; the first is the current
         one for a job in one, `now`): when each opens (rounded down; the clock for one open now; infinite
         for one that never opens) and closes (rounded up; infinite for one that never closes), and when each
-        job's window after those opens (rounded down)."""
+        job's window after those opens (rounded down). `work`: each job's work done at `clock`."""
         n = now.size
         never = np.full(n, math.inf)
         if self.max_loss_s is None:
@@ -325,7 +332,6 @@ class LasPolicy(KeyedPolicy):
             end = as_of + (loss - done) / step
             closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
             return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], never
-        work = done + rate * np.maximum(0.0, clock - as_of)
         # The checkpoints that open the windows followed, and the one after them.
         k = np.floor(work / ckpt) + np.where(now, 0.0, 1.0) + np.arange(WINDOWS_FOLLOWED + 1.0)[:, None]
         # Every number here is finite (a job that makes no progress divides by 1): windows.before() inline,
@@ -339,62 +345,39 @@ class LasPolicy(KeyedPolicy):
         closes[0, now & ~moving] = math.inf
         return opens, closes, np.where(moving, early[-1], math.inf)
 
-    def _facts_of(self, running: Sequence[JobView]) -> npt.NDArray[np.float64]:
-        """_run_facts() of every running view, as rows (the memo is read inline: this runs over every running
-        job whenever they change)."""
-        memo = self._facts
-        rows = []
-        for v in running:
-            hit = memo.get(id(v))
-            rows.append(hit[1] if hit is not None and hit[0] is v else self._run_facts(v))
-        return np.array(rows, dtype=np.float64).reshape(len(running), 3)
-
-    def _run_facts(self, job: JobView) -> tuple[float, float, float]:
-        """A running job's GPUs held, GPUs of its gang, and the service its current run does not count
-        (all of it before the run when it was promoted at its start, else 0); kept per view."""
-        memo = self._facts
-        hit = memo.get(id(job))
-        if hit is not None and hit[0] is job:
-            return hit[1]
-        if len(memo) > 4096:
-            memo.clear()
+    def _row(self, job: JobView) -> tuple[float, ...]:
+        """_RunArrays' numbers of one running view, in the order of its fields (kept by ViewRows)."""
         alloc = job.allocation
         assert alloc is not None
+        done, ckpt = job.work_done_s, self.checkpoint_interval_s
         promoted = job.started_at is not None and self._starving(job, job.started_at - job.queued_since)
-        facts = (float(alloc.gpus), float(job.spec.gpus), self.service_before_run(job) if promoted else 0.0)
-        memo[id(job)] = (job, facts)
-        return facts
+        row = (done, job.rate, job.as_of, job.attained_gpu_s, float(math.floor(done / ckpt)) if ckpt > 0 else done,
+               float(alloc.gpus), float(job.spec.gpus), self.service_before_run(job) if promoted else 0.0)
+        return row + tuple(self._reach_time(row, threshold + row[7]) for threshold in self.thresholds)
 
     def _run_arrays(self, running: Sequence[JobView]) -> _RunArrays:
-        """The running views' numbers as arrays (once per tuple of views)."""
+        """The running views' numbers as arrays (once per tuple of views; each view's computed once)."""
         memo = self._arrays
         if memo is not None and memo[0] is running:
             return memo[1]
-        n = len(running)
-        done = np.fromiter(map(_WORK_DONE, running), np.float64, n)
-        ckpt = self.checkpoint_interval_s
-        arrays = _RunArrays(done, np.fromiter(map(_RATE, running), np.float64, n),
-                            np.fromiter(map(_AS_OF, running), np.float64, n),
-                            np.fromiter(map(_ATTAINED, running), np.float64, n),
-                            np.floor(done / ckpt) if ckpt > 0 else done)
+        # The kept numbers follow from these settings; a policy whose settings were changed starts afresh.
+        settings = (self.thresholds, self.checkpoint_interval_s, self.starve_factor)
+        if self._rows_for != settings:
+            self._rows = ViewRows(8 + len(self.thresholds), self._row)
+            self._rows_for = settings
+        arrays = _RunArrays.of(self._rows.gather(running))
         self._arrays = (running, arrays)
         return arrays
 
-    def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
-                  ) -> npt.NDArray[np.float64]:
-        """service() of every running job, with the same float operations (GPU-seconds held)."""
-        arrays = self._run_arrays(running)
-        return arrays.attained + facts[:, 0] * np.maximum(0.0, snap.clock - arrays.as_of)
+    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        """service() of every running job, with the same float operations (GPU-seconds held); `work`: each
+        one's work done at `clock`."""
+        return arrays.attained + arrays.held * np.maximum(0.0, clock - arrays.as_of)
 
-    def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
-                     service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """When each running job's service reaches `service` (rounded down; inf if it holds no GPU)."""
-        arrays = self._run_arrays(running)
-        attained, as_of = arrays.attained, arrays.as_of
-        held = facts[:, 0]
-        with np.errstate(divide="ignore", invalid="ignore"):
-            at = as_of + (service - attained) / held
-        return np.where(held > 0, _before(at), math.inf)
+    def _reach_time(self, row: tuple[float, ...], service: float) -> float:
+        """When a running job (its _row()) reaches `service` (rounded down; inf if it holds no GPU)."""
+        _, _, as_of, attained, _, held, _, _ = row[:8]
+        return _before(as_of + (service - attained) / held) if held > 0 else math.inf
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """May `victim` be displaced now? With max_loss_s, only once it has saved a checkpoint since it
@@ -449,13 +432,9 @@ class LasPolicy(KeyedPolicy):
         memo = self._now
         if memo is not None and memo[0] is snap:
             return memo[1]
-        running = snap.running
-        arrays = self._run_arrays(running)
-        if arrays.facts is None:
-            arrays.facts = self._facts_of(running)
-        facts = arrays.facts
-        state = (arrays, facts[:, 0], self._services(snap, running, facts) - facts[:, 2],
-                 self._displaceable_mask(snap, running))
+        arrays = self._run_arrays(snap.running)
+        work, mask = self._work_mask(snap)
+        state = (arrays, arrays.held, self._services(snap.clock, arrays, work) - arrays.base, mask)
         self._now = (snap, state)
         return state
 
@@ -477,22 +456,29 @@ class LasPolicy(KeyedPolicy):
     def _displaceable_all(self, snap: Snapshot, jobs: Sequence[JobView]) -> list[bool]:
         """displaceable() of every job at once, with the same float operations (this runs over every
         running job whenever a job may displace others)."""
-        flags: list[bool] = self._displaceable_mask(snap, jobs).tolist()
+        if jobs is not snap.running:
+            return [self.displaceable(snap, v) for v in jobs]
+        flags: list[bool] = self._work_mask(snap)[1].tolist()
         return flags
 
-    def _displaceable_mask(self, snap: Snapshot, jobs: Sequence[JobView]) -> npt.NDArray[np.bool_]:
-        """_displaceable_all() as an array."""
-        if self.max_loss_s is None:
-            return np.ones(len(jobs), dtype=bool)
-        arrays = self._run_arrays(jobs)
+    def _work_mask(self, snap: Snapshot) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.bool_]]:
+        """Each running job's work done at the snapshot's clock, and _displaceable_all() as an array (once
+        per snapshot)."""
+        memo = self._work
+        if memo is not None and memo[0] is snap:
+            return memo[1], memo[2]
+        arrays = self._run_arrays(snap.running)
         done = arrays.done
         work = done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of)
         ckpt = self.checkpoint_interval_s
-        if ckpt <= 0:
+        if self.max_loss_s is None:
+            ok = np.ones(done.size, dtype=bool)
+        elif ckpt <= 0:
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
         else:
             ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.remainder(work, ckpt) <= self.max_loss_s)
-        return ok
+        self._work = (snap, work, ok)
+        return work, ok
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         # A job in the last queue has nobody below it.
@@ -522,20 +508,12 @@ class HetLasPolicy(LasPolicy):
     def service_before_run(self, job: JobView) -> float:
         return job.spec.gpus * job.work_done_s
 
-    def _services(self, snap: Snapshot, running: Sequence[JobView], facts: npt.NDArray[np.float64]
-                  ) -> npt.NDArray[np.float64]:
-        arrays = self._run_arrays(running)
-        return facts[:, 1] * (arrays.done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of))
+    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        return arrays.gang * work
 
-    def _reach_times(self, running: Sequence[JobView], facts: npt.NDArray[np.float64],
-                     service: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        arrays = self._run_arrays(running)
-        done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
-        gpus = facts[:, 1]
-        ok = (gpus > 0) & (rate > 0)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            at = as_of + (service / gpus - done) / rate
-        return np.where(ok, _before(at), math.inf)
+    def _reach_time(self, row: tuple[float, ...], service: float) -> float:
+        done, rate, as_of, _, _, _, gpus, _ = row[:8]
+        return _before(as_of + (service / gpus - done) / rate) if gpus > 0 and rate > 0 else math.inf
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         return (self.queue(snap, job), job.spec.type_speed)  # the preference follows the job's own speeds
