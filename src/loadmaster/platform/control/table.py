@@ -100,7 +100,7 @@ class JobTable:
     def sync(self) -> Delta:
         """Bring the table up to date: every unfinished row at the first call, the changed ones after."""
         delta = Delta()
-        with self.store.engine.connect() as conn:
+        with self.store.reading() as conn:
             # The counters first: every change numbered up to what they say has committed, so nothing
             # numbered at or below them is missed by the read that follows (a newer row read early is read
             # again next time, harmlessly).
@@ -165,17 +165,17 @@ class JobTable:
 def read_manifests(store: Store, ids: Iterable[str]) -> dict[str, JobManifest]:
     wanted = list(ids)
     out: dict[str, JobManifest] = {}
-    with store.session() as s:
+    with store.reading() as conn:
         for start in range(0, len(wanted), 500):  # bounded IN lists
-            for job_id, doc in s.execute(select(Job.id, Job.manifest).where(Job.id.in_(wanted[start:start + 500]))):
+            for job_id, doc in conn.execute(select(Job.id, Job.manifest).where(Job.id.in_(wanted[start:start + 500]))):
                 # Stored manifests were validated at submission; model_construct would skip nested models.
                 out[job_id] = JobManifest.model_validate(doc)
     return out
 
 
 def read_tenants(store: Store) -> tuple[dict[int, str], dict[str, TenantQuota]]:
-    with store.session() as s:
-        rows = s.execute(select(Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit)).all()
+    with store.reading() as conn:
+        rows = conn.execute(select(Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit)).all()
     names = {tid: name for tid, name, _, _ in rows}
     quotas = {name: TenantQuota(name, int(quota), None if borrow is None else int(borrow))
               for _, name, quota, borrow in rows}

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
@@ -167,6 +167,12 @@ class Store:
     locking: sessionmaker[Session]
     # Reads on driver connections of their own (plain_read()), closed with the store.
     reads: list[PlainRead] = field(default_factory=list)
+    # Reads that need no transaction of their own (reading()): each statement sees every commit made before
+    # it, as a READ COMMITTED transaction's statements do anyway. On PostgreSQL an engine of its own whose
+    # connections stay in autocommit: psycopg sends BEGIN as a round trip of its own and the pool a ROLLBACK
+    # when a connection is handed back, two of the four round trips of the control loop's per-round sync
+    # (switching a pooled connection to autocommit and back cost more than it saved). SQLite: the engine.
+    reader: Engine | None = None
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
@@ -188,7 +194,12 @@ class Store:
             if engine.dialect.name == "sqlite" else sessions
         for factory in {id(sessions): sessions, id(locking): locking}.values():
             track(factory)
-        return cls(engine, sessions, locking)
+        reader = engine
+        if engine.dialect.name == "postgresql":  # no connection is made until the first read
+            reader = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=2, max_overflow=8,
+                                   pool_timeout=10)
+            _ping_when_idle(reader)
+        return cls(engine, sessions, locking, reader=reader)
 
     @contextmanager
     def session(self, *, for_update: bool = False) -> Iterator[Session]:
@@ -199,6 +210,12 @@ class Store:
         for the rows themselves (row locks need no special transaction)."""
         with (self.locking if for_update else self.sessions).begin() as s:
             yield s
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads that need no transaction of their own (see `reader`)."""
+        with (self.reader or self.engine).connect() as conn:
+            yield conn
 
     def plain_read(self, make: Callable[[Engine], PlainRead]) -> PlainRead:
         """A PlainRead on this store's engine (`make`: e.g. tenants.token_reader), closed by close()."""
@@ -212,4 +229,6 @@ class Store:
     def close(self) -> None:
         for read in self.reads:
             read.close()
+        if self.reader is not None and self.reader is not self.engine:
+            self.reader.dispose()
         self.engine.dispose()
