@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from sqlalchemy import Connection, Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -115,6 +115,10 @@ def _ping_when_idle(engine: Engine) -> None:
     event.listen(engine, "checkout", checkout)
 
 
+def _pg_connect_args(url: URL) -> dict[str, str]:
+    return {} if "options" in url.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
+
+
 def make_engine(url: str) -> Engine:
     url = normalise_url(url)
     try:
@@ -135,8 +139,8 @@ def make_engine(url: str) -> Engine:
     elif parsed.get_backend_name() == "postgresql":
         # A lock held too long (a stuck transaction, an operator's LOCK TABLE) fails the waiting statement
         # instead of stalling the loop or an API worker for ever; the URL's own options win.
-        connect_args = {} if "options" in parsed.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
-        engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, connect_args=connect_args)
+        engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
+                               connect_args=_pg_connect_args(parsed))
         _ping_when_idle(engine)
     else:
         raise StoreError(f"--db {url!r}: only sqlite:// and postgresql:// databases are supported")
@@ -196,8 +200,9 @@ class Store:
             track(factory)
         reader = engine
         if engine.dialect.name == "postgresql":  # no connection is made until the first read
+            # Its reads wait on the same lock_timeout (an operator's LOCK TABLE fails them, never stalls the loop).
             reader = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=2, max_overflow=8,
-                                   pool_timeout=10)
+                                   pool_timeout=10, connect_args=_pg_connect_args(engine.url))
             _ping_when_idle(reader)
         return cls(engine, sessions, locking, reader=reader)
 
