@@ -38,12 +38,19 @@ class StoreFaults:
 
     def __post_init__(self) -> None:
         self._rng = random.Random(self.seed)
-        event.listen(self.store.engine, "before_cursor_execute", self._statement)
-        event.listen(self.store.engine, "commit", self._commit)
+        for engine in self._engines():
+            event.listen(engine, "before_cursor_execute", self._statement)
+            event.listen(engine, "commit", self._commit)
+
+    def _engines(self) -> list[Any]:
+        # The store's reads without a transaction go through an engine of their own on PostgreSQL (Store.reader)
+        reader = self.store.reader
+        return [self.store.engine] if reader is None or reader is self.store.engine else [self.store.engine, reader]
 
     def close(self) -> None:
-        event.remove(self.store.engine, "before_cursor_execute", self._statement)
-        event.remove(self.store.engine, "commit", self._commit)
+        for engine in self._engines():
+            event.remove(engine, "before_cursor_execute", self._statement)
+            event.remove(engine, "commit", self._commit)
 
     @contextmanager
     def armed(self, rate: float | None = None) -> Iterator[None]:

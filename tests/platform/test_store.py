@@ -149,3 +149,18 @@ def test_a_pooled_postgresql_connection_idle_past_the_limit_is_pinged_and_replac
     assert db.transient(lost.value)
     assert one() == 1  # the stale connections were dropped with the failure
     store.close()
+
+
+def test_reads_without_a_transaction_see_each_commit_and_keep_the_lock_timeout(pg_url: str) -> None:
+    store = Store.open(pg_url)
+    try:
+        with store.reading() as conn:
+            # Autocommit: no transaction held open between the loop's reads (no BEGIN, no ROLLBACK round trip).
+            assert conn.exec_driver_sql("SHOW lock_timeout").scalar() == "5s"
+            assert conn.exec_driver_sql("SELECT count(*) FROM tenants").scalar() == 0
+            with store.session() as s:
+                s.add(Tenant(name="t", gpu_quota=1, created_at=0.0))
+            assert conn.exec_driver_sql("SELECT count(*) FROM tenants").scalar() == 1
+            assert conn.connection.driver_connection.autocommit  # type: ignore[union-attr]
+    finally:
+        store.close()

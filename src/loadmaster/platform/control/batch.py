@@ -21,7 +21,7 @@ import logging
 from collections.abc import Callable, Iterable
 from typing import TypeVar
 
-from sqlalchemy import bindparam, select
+from sqlalchemy import and_, bindparam, select
 from sqlalchemy.orm import Session
 
 from loadmaster.platform.store.changes import number_now
@@ -33,11 +33,14 @@ log = logging.getLogger("loadmaster.control")
 T = TypeVar("T")
 Effect = Callable[[], None]
 
-# Built once: a round's prefetch runs them with its ids (building them anew each round cost more than running
-# them for a handful of jobs).
-_JOBS = select(Job).where(Job.id.in_(bindparam("ids", expanding=True))).with_for_update() \
+# Built once: a round's prefetch runs it with its ids (building it anew each round cost more than running it
+# for a handful of jobs). The jobs, their tenants and their open attempts in one statement (one round trip on
+# PostgreSQL instead of three); only the jobs' rows are locked (FOR UPDATE OF jobs: the outer join's nullable
+# side cannot be, and a start reads its tenant's row unlocked, as tenant() does).
+_JOBS = select(Job, Tenant, Attempt).join(Tenant, Tenant.id == Job.tenant_id) \
+    .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.ended_at.is_(None))) \
+    .where(Job.id.in_(bindparam("ids", expanding=True))).with_for_update(of=Job) \
     .execution_options(populate_existing=True)
-_OPEN = select(Attempt).where(Attempt.job_id.in_(bindparam("ids", expanding=True)), Attempt.ended_at.is_(None))
 
 
 class _Careful(Exception):
@@ -114,9 +117,11 @@ class Batch:
         wanted = sorted(set(job_ids) - self._fetched)
         for start in range(0, len(wanted), 500):
             chunk = wanted[start:start + 500]
-            self._rows += self.s.execute(_JOBS, {"ids": chunk}).scalars().all()
-            for attempt in self.s.execute(_OPEN, {"ids": chunk}).scalars():
-                self._open[(attempt.job_id, attempt.number)] = attempt
+            for job, tenant, attempt in self.s.execute(_JOBS, {"ids": chunk}):
+                self._rows.append(job)
+                self._tenants[tenant.id] = tenant
+                if attempt is not None:
+                    self._open[(attempt.job_id, attempt.number)] = attempt
             self._fetched.update(chunk)
 
     def job(self, job_id: str) -> Job | None:

@@ -177,9 +177,9 @@ class Gates:
     def _read(self, ids: set[str]) -> dict[str, tuple[str, float | None]]:
         wanted = sorted(ids)
         out: dict[str, tuple[str, float | None]] = {}
-        with self.store.session() as s:
+        with self.store.reading() as conn:
             for start in range(0, len(wanted), 500):  # bounded IN lists
-                rows = s.execute(select(Job.id, Job.status, Job.first_started_at)
+                rows = conn.execute(select(Job.id, Job.status, Job.first_started_at)
                                  .where(Job.id.in_(wanted[start:start + 500])))
                 out.update({job_id: (status, started) for job_id, status, started in rows})
         return out

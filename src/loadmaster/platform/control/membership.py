@@ -64,8 +64,8 @@ class Membership:
         if not force and now - self._at < self.every_s:
             return False
         self._at = now
-        with self.store.session() as s:
-            drained = frozenset(s.scalars(select(NodeDrain.node)).all())
+        with self.store.reading() as conn:
+            drained = frozenset(conn.scalars(select(NodeDrain.node)).all())
         if self.source is not None:
             self.members = {m.name: m for m in self.source.members()}
         grown = self._grow(m for m in self.members.values() if m.alive)

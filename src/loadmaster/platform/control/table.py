@@ -21,7 +21,7 @@ from loadmaster.core.job import JobStatus
 from loadmaster.platform.manifest import JobManifest
 from loadmaster.platform.store.changes import JOBS, TENANTS, read_counters
 from loadmaster.platform.store.db import Store
-from loadmaster.platform.store.models import Job, Tenant
+from loadmaster.platform.store.models import Counter, Job, Tenant
 from loadmaster.scheduling.snapshot import TenantQuota
 
 ACTIVE = (JobStatus.QUEUED, JobStatus.DOWNLOADING, JobStatus.PROCESSING, JobStatus.STORING)
@@ -67,7 +67,15 @@ _COLUMNS = (Job.id, Job.tenant_id, Job.status, Job.priority, Job.learners, Job.s
             Job.work_done_s, Job.attained_gpu_s, Job.run_started_at, Job.last_report_at, Job.expected_duration_s,
             Job.halt_requested, Job.cancel_requested, Job.target_learners, Job.wait_reason)
 _ACTIVE_QUERY = select(*_COLUMNS).where(Job.status.in_(ACTIVE_VALUES)).order_by(Job.submitted_at, Job.id)
-_CHANGED_QUERY = select(*_COLUMNS).where(Job.change_seq > bindparam("seq")).order_by(Job.change_seq)
+_COUNTERS = Counter.__table__.alias("jobs_counter")
+_TENANTS_COUNTER = select(Counter.value).where(Counter.name == TENANTS).scalar_subquery()
+# The counters and the rows numbered above the last read in one statement, so one snapshot: a row numbered k
+# is visible only once its transaction committed, after it set the counter to k under the counter's row lock,
+# so every row at or below the counter read here is read here too. One round trip instead of two each round
+# (the join's empty side, id NULL, is the row an unchanged table answers).
+_SYNC_QUERY = (select(_COUNTERS.c.value, _TENANTS_COUNTER, *_COLUMNS)
+               .select_from(_COUNTERS.outerjoin(Job.__table__, Job.change_seq > bindparam("seq")))
+               .where(_COUNTERS.c.name == JOBS).order_by(Job.change_seq))
 
 
 @dataclass
@@ -100,20 +108,23 @@ class JobTable:
     def sync(self) -> Delta:
         """Bring the table up to date: every unfinished row at the first call, the changed ones after."""
         delta = Delta()
-        with self.store.engine.connect() as conn:
-            # The counters first: every change numbered up to what they say has committed, so nothing
-            # numbered at or below them is missed by the read that follows (a newer row read early is read
-            # again next time, harmlessly).
-            counters = read_counters(conn)
-            seq = counters.get(JOBS, 0)
+        raw: list[Any]
+        with self.store.reading() as conn:
             if self.seq < 0:
-                raw = conn.exec_driver_sql(self._active_sql).all()
+                # The counters first: every change numbered up to what they say has committed, so nothing
+                # numbered at or below them is missed by the read that follows (a newer row read early is
+                # read again next time, harmlessly).
+                counters = read_counters(conn)
+                seq, tenants = counters.get(JOBS, 0), counters.get(TENANTS, 0)
+                raw = list(conn.exec_driver_sql(self._active_sql).all())
                 self.rows.clear()
                 self.requested.clear()
-            elif seq != self.seq:
-                raw = conn.execute(_CHANGED_QUERY, {"seq": self.seq}).all()
             else:
-                raw = []
+                found = conn.execute(_SYNC_QUERY, {"seq": self.seq}).all()
+                if not found:
+                    raise RuntimeError("the store has no 'jobs' counter row (its migration 0003 inserts it)")
+                seq, tenants = int(found[0][0]), int(found[0][1] or 0)
+                raw = [r[2:] for r in found if r[2] is not None]
         delta.read = len(raw)
         for values in raw:
             row = self._row(values)
@@ -128,7 +139,6 @@ class JobTable:
                 self.requested.discard(row.id)
                 delta.gone.append(row.id)
         self.seq = seq
-        tenants = counters.get(TENANTS, 0)
         if tenants != self.tenants_seq:
             delta.tenants = tenants
         return delta
@@ -165,17 +175,17 @@ class JobTable:
 def read_manifests(store: Store, ids: Iterable[str]) -> dict[str, JobManifest]:
     wanted = list(ids)
     out: dict[str, JobManifest] = {}
-    with store.session() as s:
+    with store.reading() as conn:
         for start in range(0, len(wanted), 500):  # bounded IN lists
-            for job_id, doc in s.execute(select(Job.id, Job.manifest).where(Job.id.in_(wanted[start:start + 500]))):
+            for job_id, doc in conn.execute(select(Job.id, Job.manifest).where(Job.id.in_(wanted[start:start + 500]))):
                 # Stored manifests were validated at submission; model_construct would skip nested models.
                 out[job_id] = JobManifest.model_validate(doc)
     return out
 
 
 def read_tenants(store: Store) -> tuple[dict[int, str], dict[str, TenantQuota]]:
-    with store.session() as s:
-        rows = s.execute(select(Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit)).all()
+    with store.reading() as conn:
+        rows = conn.execute(select(Tenant.id, Tenant.name, Tenant.gpu_quota, Tenant.borrow_limit)).all()
     names = {tid: name for tid, name, _, _ in rows}
     quotas = {name: TenantQuota(name, int(quota), None if borrow is None else int(borrow))
               for _, name, quota, borrow in rows}

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy import Engine, create_engine, event, inspect
-from sqlalchemy.engine import make_url
+from sqlalchemy import Connection, Engine, create_engine, event, inspect
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeout
 from sqlalchemy.orm import Session, sessionmaker
@@ -115,6 +115,10 @@ def _ping_when_idle(engine: Engine) -> None:
     event.listen(engine, "checkout", checkout)
 
 
+def _pg_connect_args(url: URL) -> dict[str, str]:
+    return {} if "options" in url.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
+
+
 def make_engine(url: str) -> Engine:
     url = normalise_url(url)
     try:
@@ -135,8 +139,8 @@ def make_engine(url: str) -> Engine:
     elif parsed.get_backend_name() == "postgresql":
         # A lock held too long (a stuck transaction, an operator's LOCK TABLE) fails the waiting statement
         # instead of stalling the loop or an API worker for ever; the URL's own options win.
-        connect_args = {} if "options" in parsed.query else {"options": f"-c lock_timeout={PG_LOCK_TIMEOUT_MS}"}
-        engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, connect_args=connect_args)
+        engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
+                               connect_args=_pg_connect_args(parsed))
         _ping_when_idle(engine)
     else:
         raise StoreError(f"--db {url!r}: only sqlite:// and postgresql:// databases are supported")
@@ -167,6 +171,12 @@ class Store:
     locking: sessionmaker[Session]
     # Reads on driver connections of their own (plain_read()), closed with the store.
     reads: list[PlainRead] = field(default_factory=list)
+    # Reads that need no transaction of their own (reading()): each statement sees every commit made before
+    # it, as a READ COMMITTED transaction's statements do anyway. On PostgreSQL an engine of its own whose
+    # connections stay in autocommit: psycopg sends BEGIN as a round trip of its own and the pool a ROLLBACK
+    # when a connection is handed back, two of the four round trips of the control loop's per-round sync
+    # (switching a pooled connection to autocommit and back cost more than it saved). SQLite: the engine.
+    reader: Engine | None = None
 
     @classmethod
     def open(cls, url: str | None = None, *, migrate_schema: bool = True) -> Store:
@@ -188,7 +198,13 @@ class Store:
             if engine.dialect.name == "sqlite" else sessions
         for factory in {id(sessions): sessions, id(locking): locking}.values():
             track(factory)
-        return cls(engine, sessions, locking)
+        reader = engine
+        if engine.dialect.name == "postgresql":  # no connection is made until the first read
+            # Its reads wait on the same lock_timeout (an operator's LOCK TABLE fails them, never stalls the loop).
+            reader = create_engine(engine.url, isolation_level="AUTOCOMMIT", pool_size=2, max_overflow=8,
+                                   pool_timeout=10, connect_args=_pg_connect_args(engine.url))
+            _ping_when_idle(reader)
+        return cls(engine, sessions, locking, reader=reader)
 
     @contextmanager
     def session(self, *, for_update: bool = False) -> Iterator[Session]:
@@ -199,6 +215,12 @@ class Store:
         for the rows themselves (row locks need no special transaction)."""
         with (self.locking if for_update else self.sessions).begin() as s:
             yield s
+
+    @contextmanager
+    def reading(self) -> Iterator[Connection]:
+        """A connection for reads that need no transaction of their own (see `reader`)."""
+        with (self.reader or self.engine).connect() as conn:
+            yield conn
 
     def plain_read(self, make: Callable[[Engine], PlainRead]) -> PlainRead:
         """A PlainRead on this store's engine (`make`: e.g. tenants.token_reader), closed by close()."""
@@ -212,4 +234,6 @@ class Store:
     def close(self) -> None:
         for read in self.reads:
             read.close()
+        if self.reader is not None and self.reader is not self.engine:
+            self.reader.dispose()
         self.engine.dispose()
