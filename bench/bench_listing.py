@@ -157,6 +157,7 @@ def run_queue(scene: str, jobs: int, db: str | None, repeat: int) -> dict[str, A
     manifest = {"name": "queued", "command": command, "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
     with tempfile.TemporaryDirectory(prefix="lm-bench-queue-") as tmp, fresh_database(db) as fresh:
         server = Server(Path(tmp) / "data", "--nodes", nodes, "--tick", "0.05", db=fresh)
+        token = ""
         try:
             token = server.tenant("bench", gpus=8, borrow=0)
             tally = asyncio.run(_submit(server.url, token, jobs, manifest))
@@ -175,6 +176,12 @@ def run_queue(scene: str, jobs: int, db: str | None, repeat: int) -> dict[str, A
                 row[f"{name}_server_cpu_s"] = round(statistics.median(r[2] for r in runs), 3)
             return {**row, "load_1m": round(os.getloadavg()[0], 1)}
         finally:
+            # Learners outlive a stopped server (the next start adopts them): idle's `sleep 3600` is cancelled.
+            with server.client(token) as c:
+                running = c.get("/api/v1/jobs", params={"status": "PROCESSING", "limit": 100}).json()["jobs"] \
+                    if token else []
+                for job in running:
+                    c.post(f"/api/v1/jobs/{job['id']}/cancel")
             server.stop()
 
 
