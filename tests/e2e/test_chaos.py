@@ -123,19 +123,26 @@ class Chaos:
                 os.kill(self.rng.choice(pids), signal.SIGKILL)
             self.counts.learner_kills += 1
 
-    def lock_store(self, seconds: float) -> None:
-        """Hold the store's write lock from another connection, longer than the server waits for it."""
+    def lock_store(self, seconds: float, held: threading.Event, met: threading.Event) -> None:
+        """Hold the store's write lock from another connection, longer than the server waits for it: `seconds`
+        at least, and until the users have met it (`met`; on a loaded machine their requests may take longer
+        than the window). `held` is set once the lock is taken."""
         self.counts.lock_windows += 1
+        until = time.monotonic() + seconds
         if self.url.startswith("sqlite"):
             conn = sqlite3.connect(self.url.removeprefix("sqlite:///"), timeout=30, isolation_level=None)
             conn.execute("BEGIN IMMEDIATE")
-            time.sleep(seconds)
+            held.set()
+            met.wait(60)
+            time.sleep(max(0.0, until - time.monotonic()))
             conn.execute("ROLLBACK")
             conn.close()
         else:
             with psycopg.connect(self.url, autocommit=False) as conn:
                 conn.execute("LOCK TABLE jobs IN ACCESS EXCLUSIVE MODE")
-                time.sleep(seconds)
+                held.set()
+                met.wait(60)
+                time.sleep(max(0.0, until - time.monotonic()))
                 conn.rollback()
 
     def settle(self, timeout_s: float) -> dict[str, dict[str, Any]]:
@@ -235,14 +242,16 @@ def run_scenario(chaos: Chaos, *, jobs: int, kills: int, locks: int, learner_kil
             if event == "kill":
                 chaos.kill_server()
             elif event == "lock":
-                locker = threading.Thread(target=chaos.lock_store, args=(rng.uniform(1.0, 3.0),))
+                held, met = threading.Event(), threading.Event()
+                locker = threading.Thread(target=chaos.lock_store, args=(rng.uniform(1.0, 3.0), held, met))
                 locker.start()
                 lockers.append(locker)
-                time.sleep(0.3)
+                held.wait(60)
                 for _ in range(3):  # users meet the locked store
                     chaos.call("GET", "/api/v1/jobs")
                     chaos.call("POST", "/api/v1/jobs", json={"name": "during-a-lock", "command": ["true"],
                                                              "resources": {"gpus": 1, **SMALL}})
+                met.set()
             elif event == "learner":
                 chaos.kill_learner()
             else:

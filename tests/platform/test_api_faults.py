@@ -121,7 +121,10 @@ def test_health_fails_while_the_loop_is_stuck_and_metrics_are_the_admins(sqlite_
         live.platform.shutdown()
 
 
-def test_the_queue_is_paginated(sqlite_url: str, tmp_path: Path) -> None:
+def test_the_queue_is_paginated(sqlite_url: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from loadmaster.platform import client as client_module
+    from loadmaster.platform.api.models import QueueOut
+
     live = start_platform(sqlite_url, tmp_path / "data")
     try:
         mine, theirs = live.tenant("vision"), live.tenant("speech")
@@ -139,6 +142,7 @@ def test_the_queue_is_paginated(sqlite_url: str, tmp_path: Path) -> None:
             pages, offset = [], 0
             while offset is not None:
                 page = c.get("/api/v1/queue", params={"limit": 10, "offset": offset}).json()
+                assert QueueOut.model_validate(page).model_dump(mode="json") == page  # written by hand (api/queue.py)
                 assert page["total"] == 25 and page["limit"] == 10
                 pages.append(page)
                 offset = page["next_offset"]
@@ -146,6 +150,10 @@ def test_the_queue_is_paginated(sqlite_url: str, tmp_path: Path) -> None:
             entries = [e for p in pages for e in p["entries"]]
             assert {e["job_id"] for e in entries} == set(ids) and other not in {e["job_id"] for e in entries}
             assert [e["position"] for e in entries] == sorted(e["position"] for e in entries)
+        monkeypatch.setattr(client_module, "QUEUE_PAGE_MAX", 10)  # the client's pages: 10, 10, 5 as above
+        with client_module.Client(live.url, mine) as api:
+            assert [e["job_id"] for e in api.queue()] == [e["job_id"] for e in entries]
+            assert [e["job_id"] for e in api.queue(limit=12)] == [e["job_id"] for e in entries[:12]]
         with live.client(live.admin_token) as c:
             assert c.get("/api/v1/queue", params={"limit": 1}).json()["total"] == 26
     finally:

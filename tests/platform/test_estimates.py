@@ -100,8 +100,13 @@ def env(db_url: str, tmp_path: Path) -> Iterator[Env]:
 
 
 def test_live_estimates_are_recorded_and_compared_with_actual_starts(env: Env) -> None:
+    began = time.time()
     loop = env.new_loop(estimates=True, estimate_interval_s=0.1)
-    first = env.submit(learners=2, command=learner("train", 40, 0.05), expected_duration_s=2.0)
+    # First holds both GPUs until the estimates are in: the estimator's worker processes may take longer to
+    # come up on a loaded machine than any fixed run time would last.
+    gate = env.tmp / "release-first"
+    first = env.submit(learners=2, command=["sh", "-c", f'while [ ! -e "{gate}" ]; do sleep 0.05; done'],
+                       expected_duration_s=2.0)
     env.until_status(first, S.PROCESSING)
     second = env.submit(learners=2, command=learner("train", 10, 0.02), expected_duration_s=1.0)
     third = env.submit(learners=1, command=learner("train", 10, 0.02), expected_duration_s=1.0)
@@ -112,15 +117,25 @@ def test_live_estimates_are_recorded_and_compared_with_actual_starts(env: Env) -
     assert entries[second].position == 1 and entries[third].position == 2
     s2, s3 = entries[second].estimated_start_at, entries[third].estimated_start_at
     assert s2 is not None and s3 is not None
-    assert now - 1 <= s2 <= now + 5 and s3 >= s2 + 0.5  # third needs GPUs only after second (FIFO, 2 GPUs)
+    # Second starts when first ends (expected 2 s; held longer, it is taken to end about now): within a minute,
+    # not the 1 h a job without a run time is given. Third needs GPUs only after second (FIFO, 2 GPUs).
+    assert now - 1 <= s2 <= now + 60 and s3 >= s2
+    assert loop.estimator is not None  # the queue shows no start before now; the estimates themselves are ordered
+    raw = loop.estimator.latest
+    assert raw[third] is not None and raw[second] is not None and raw[third] >= raw[second] + 0.5
+    gate.touch()
     env.drive(lambda: env.status(third) is S.COMPLETED and env.status(second) is S.COMPLETED, what="all done")
     with env.store.session() as s:
         recorded = {r.job_id for r in s.query(Estimate)}
     assert {second, third} <= recorded
     accuracy = estimation_error(env.store)
-    assert accuracy.jobs == 2 and accuracy.mean_abs_error_s is not None
-    assert accuracy.mean_abs_error_s < 10  # seconds, on a loaded 2-core machine
-    assert {j for j, *_ in accuracy.samples} == {second, third}
+    assert accuracy.jobs == 2 and {j for j, *_ in accuracy.samples} == {second, third}
+    # Each job's first estimate, made before it started, against that start, on the same (wall) clock; the
+    # error is the estimate's own, which a loaded machine stretches: bounded by a minute as above.
+    assert all(began <= made <= actual <= time.time() for _, made, _, actual in accuracy.samples)
+    assert accuracy.mean_abs_error_s == pytest.approx(
+        sum(abs(actual - estimated) for _, _, estimated, actual in accuracy.samples) / 2)
+    assert accuracy.mean_abs_error_s < 60
 
 
 def test_estimation_error_uses_each_jobs_first_or_last_estimate(sqlite_url: str, tmp_path: Path) -> None:

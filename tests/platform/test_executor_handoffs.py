@@ -84,28 +84,43 @@ def test_a_launch_cut_short_before_its_shims_ran_is_fenced_for_good(tmp_path: Pa
         ex.launch(spec)  # and the attempt is never launched again
 
 
+_HOLDER = """
+import fcntl, os, sys, time
+fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR)
+fcntl.flock(fd, fcntl.LOCK_EX)
+print("locked", flush=True)
+inode = os.fstat(fd).st_ino
+deadline = time.monotonic() + 60
+while time.monotonic() < deadline:
+    with open("/proc/locks") as locks:  # "N: -> FLOCK ADVISORY WRITE PID MAJ:MIN:INODE ...": one waiting
+        if any(f[1] == "->" and f[6].endswith(f":{inode}") for f in map(str.split, locks) if len(f) > 6):
+            sys.exit(0)
+    time.sleep(0.01)
+sys.exit(1)
+"""
+
+
 def test_a_shim_that_is_starting_is_waited_for_and_adopted(tmp_path: Path) -> None:
     spec = attempt_spec(tmp_path, "go", str(tmp_path), gang=learners(("n0", ())))
     files = AttemptFiles(Path(spec.log_dir), Path(spec.report_dir))
     files.make_dirs()
-    # A shim holding its lock but not yet running its command (a busy machine): recovery waits for it.
-    holder = subprocess.Popen([sys.executable, "-c", (
-        "import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_CREAT | os.O_RDWR); "
-        "fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); time.sleep(1.5)"), str(files.lock(0))],
-        stdout=subprocess.PIPE, text=True)
+    # A shim holding its lock but not yet running its command (a busy machine): recovery waits for it. It
+    # hands the lock on only once the launch's own shim waits for it (/proc/locks lists a blocked flock on the
+    # file): released any earlier, on a loaded machine, recovery would rightly find the rank never started.
+    holder = subprocess.Popen([sys.executable, "-c", _HOLDER, str(files.lock(0))], stdout=subprocess.PIPE, text=True)
     assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
     first = LocalExecutor()
     launched = threading.Thread(target=lambda: time.sleep(0.5) or first.launch(spec))  # its shim comes after
-    started = time.monotonic()
-    found: list[bool] = []
-    discover = threading.Thread(target=lambda: found.append(LocalExecutor().reattach(spec, None)))
+    found: list[tuple[bool, bool]] = []  # (adopted, the starting shim had ended by then)
+    discover = threading.Thread(
+        target=lambda: found.append((LocalExecutor().reattach(spec, None), holder.poll() is not None)))
     discover.start()
     time.sleep(0.2)
     launched.start()
-    discover.join(timeout=60)
-    launched.join(timeout=60)
-    holder.wait(timeout=30)
-    assert found == [True] and time.monotonic() - started >= 1.0
+    discover.join(timeout=90)
+    launched.join(timeout=90)
+    assert holder.wait(timeout=30) == 0, "the launch's shim never waited for the lock"
+    assert found == [(True, True)]  # waited for the starting shim, then adopted the one that came after
     (tmp_path / "go-0").write_text("0")
     first.close()
 

@@ -1,15 +1,18 @@
-"""A plain `loadmaster sim run` without building the Typer app.
+"""A plain `loadmaster sim run` or `loadmaster queue` without building the Typer app.
 
 Typer, Click's machinery and pydantic cost more to import and to parse with than a short simulation takes
-to run. For `sim run` whose every option is one this parser knows, with a value of the plainest form
-(digits for an integer, a decimal for a float, a member of the choice), it runs the command itself; anything
-else (--help, an unknown option, a value Typer would have to judge, a value out of range) returns None and
-the Typer app handles the whole command line as before, errors and help text included.
+to run, and three times what `queue` does besides (~0.7 s of CPU: Typer coerces every option through a
+pydantic TypeAdapter it builds at start). For those two commands, when every option is one this parser knows,
+with a value of the plainest form (digits for an integer, a decimal for a float, a member of the choice), it
+runs the command itself; anything else (--help, an unknown option, a value Typer would have to judge, a value
+out of range) returns None and the Typer app handles the whole command line as before, errors and help text
+included.
 """
 
 from __future__ import annotations
 
 import re
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -18,12 +21,14 @@ _INT = re.compile(r"-?[0-9]+")
 _FLOAT = re.compile(r"-?[0-9]+(\.[0-9]*)?([eE][-+]?[0-9]+)?")
 
 
-def _int(minimum: int | None = None) -> Callable[[str], Any]:
+def _int(minimum: int | None = None, maximum: int | None = None) -> Callable[[str], Any]:
     def parse(text: str) -> int | None:
         if not _INT.fullmatch(text):
             return None
         value = int(text)
-        return None if minimum is not None and value < minimum else value
+        if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+            return None
+        return value
 
     return parse
 
@@ -56,21 +61,36 @@ _VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--smoke-test": ("smoke_test", _float(0)), "--plots": ("plots", str),
 }
 _FLAGS = {"--no-plots": "no_plots", "--json": "as_json"}
+# `queue`'s (cli/queue.py), likewise.
+_QUEUE_VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {"--tenant": ("tenant", str),
+                                                              "--limit": ("limit", _int(1, 10_000))}
+_QUEUE_FLAGS = {"--all": "show_all", "--json": "as_json"}
+QUEUE_DEFAULTS: dict[str, Any] = {"tenant": None, "limit": 50, "show_all": False, "as_json": False}
 
 
 def parse_sim_run(argv: list[str]) -> dict[str, Any] | None:
     """The keyword arguments of run_sim() for `argv` (the words after `sim run`), or None if Typer must
     parse them."""
+    return _parse(argv, _VALUED, _FLAGS)
+
+
+def parse_queue(argv: list[str]) -> dict[str, Any] | None:
+    """The keyword arguments of cli.queue.queue() for `argv` (the words after `queue`), or None."""
+    return _parse(argv, _QUEUE_VALUED, _QUEUE_FLAGS)
+
+
+def _parse(argv: list[str], valued: dict[str, tuple[str, Callable[[str], Any]]], flags: dict[str, str]
+           ) -> dict[str, Any] | None:
     values: dict[str, Any] = {}
     i = 0
     while i < len(argv):
         word = argv[i]
         name, eq, inline = word.partition("=")
-        if name in _FLAGS and not eq:
-            values[_FLAGS[name]] = True
+        if name in flags and not eq:
+            values[flags[name]] = True
             i += 1
             continue
-        if name not in _VALUED:
+        if name not in valued:
             return None
         if eq:
             text = inline
@@ -80,7 +100,7 @@ def parse_sim_run(argv: list[str]) -> dict[str, Any] | None:
             i += 2
         else:
             return None  # a missing value, or one that looks like an option: Click's rules decide
-        param, convert = _VALUED[name]
+        param, convert = valued[name]
         value = convert(text)
         if value is None:
             return None
@@ -102,24 +122,43 @@ def run_defaults() -> dict[str, Any]:
     }
 
 
-def run_sim_fast(argv: list[str]) -> int | None:
-    """Run `loadmaster sim run ...` from `argv` (the words after the program name) if it is plain enough;
-    returns the exit status, or None if the Typer app must run the command line instead."""
-    if argv[:2] != ["sim", "run"]:
+def run_fast(argv: list[str]) -> int | None:
+    """Run `loadmaster sim run ...` or `loadmaster queue ...` from `argv` (the words after the program name)
+    if it is plain enough; returns the exit status, or None if the Typer app must run the command line
+    instead."""
+    if argv[:2] == ["sim", "run"]:
+        values, command = parse_sim_run(argv[2:]), _sim_run
+    elif argv[:1] == ["queue"]:
+        values, command = parse_queue(argv[1:]), _queue
+    else:
         return None
-    values = parse_sim_run(argv[2:])
     if values is None:
         return None
-    from loadmaster.cli.common import user_errors
-    from loadmaster.cli.sim_run import run_sim
-
     try:
-        with user_errors():
-            run_sim(**{**run_defaults(), **values})
+        command(values)
     except Exception as exc:
-        import typer  # only on the way out of an error: user_errors() ends with typer.Exit
+        import typer  # only on the way out of an error: user_errors() and fail() end with typer.Exit
 
         if isinstance(exc, typer.Exit):
             return int(exc.exit_code)
         raise
     return 0
+
+
+def _sim_run(values: dict[str, Any]) -> None:
+    from loadmaster.cli.common import user_errors
+    from loadmaster.cli.sim_run import run_sim
+
+    with user_errors():
+        run_sim(**{**run_defaults(), **values})
+
+
+def _queue(values: dict[str, Any]) -> None:
+    # httpx pulls in, when they are installed, trio (httpcore's async backend) and its own command line
+    # (click, pygments): this process's synchronous requests use neither, and they are ~70 ms of its ~250 ms
+    # of CPU. Marked absent, httpx and httpcore go without them, as they are written to.
+    for optional in ("trio", "httpx._main"):
+        sys.modules.setdefault(optional, None)  # type: ignore[arg-type]
+    from loadmaster.cli.queue import queue
+
+    queue(**{**QUEUE_DEFAULTS, **values})

