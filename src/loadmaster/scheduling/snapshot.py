@@ -271,7 +271,7 @@ class Snapshot:
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
-        running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
+        running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
         free_totals: FreeTotals | None = None,
@@ -281,6 +281,7 @@ class Snapshot:
 
         tenant_gpus and running_by_tenant may be passed by a shell that keeps them up to date
         incrementally; they must agree with `running` (they are derived from it when omitted).
+        running_elastic: the running elastic jobs, or a provider of them called at most once, on first use.
         running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
         that never asks costs nothing; the shell must not change its state while decide() runs.
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
@@ -326,7 +327,11 @@ class Snapshot:
             snap.__dict__["running"] = tuple(running)
         if running_by_tenant is not None:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
-        if running_elastic is not None:
+        if type(running_elastic) is tuple:
+            # Given outright (a shell that knows there are none passes ()): read at every decision, and a
+            # cached_property's first read costs more than the rest of a lone arrival's checks.
+            snap.__dict__["running_elastic"] = running_elastic
+        elif running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic
         if queued_tenants is not None:
             snap.__dict__["_queued_tenants_provider"] = queued_tenants

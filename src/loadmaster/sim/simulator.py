@@ -320,7 +320,8 @@ class _Run:
         snap = Snapshot.build(
             self.clock, self.cluster, *self.free_views,
             self.session.queued, self.running_tuple, self.quotas,
-            self.holding_view, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
+            self.holding_view, self.running_by_tenant, self.growable_views if self.growable else (),
+            self.session.queued_tenants,
             copy=False,  # the free arrays change only when the plan is carried out, after decide()
             free_totals=self.ledger.totals(), free_buckets=self.ledger.buckets,
         )
