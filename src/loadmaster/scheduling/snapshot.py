@@ -131,6 +131,52 @@ class FreeLedger:
         return self._buckets
 
 
+class ShellFrame:
+    """What a shell passes build() unchanged at every event, checked once: its cluster, read-only views of its
+    free arrays (copy=False), its quotas and tenant GPUs as read-only mappings it keeps up to date, and its
+    providers of the running jobs, of them per tenant and of the queued tenants. at() then makes each
+    snapshot with one dict copy and the few values that change; the snapshot is build()'s (tests compare)."""
+
+    __slots__ = ("_fixed",)
+
+    def __init__(self, cluster: Cluster, free_gpus: npt.NDArray[np.float64], free_cpus: npt.NDArray[np.float64],
+                 free_mem: npt.NDArray[np.float64], running: Callable[[], tuple[JobView, ...]],
+                 tenants: Mapping[str, TenantQuota], tenant_gpus: Mapping[str, int],
+                 running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]],
+                 queued_tenants: Callable[[], Iterable[str]]) -> None:
+        # Each of these is shared by every snapshot made here: it must be the shell's own, never a copy that
+        # build() would freeze at this instant.
+        for name, value in (("free_gpus", free_gpus), ("free_cpus", free_cpus), ("free_mem", free_mem)):
+            if value.flags.writeable or value.dtype != np.float64:
+                raise ValueError(f"ShellFrame: {name} must be a read-only float64 view of the shell's array")
+        for name, mapping in (("tenants", tenants), ("tenant_gpus", tenant_gpus)):
+            if not isinstance(mapping, MappingProxyType):
+                raise ValueError(f"ShellFrame: {name} must be a read-only mapping the shell keeps (MappingProxyType)")
+        if not callable(running):
+            raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
+        fixed = dict(Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
+                                    running_by_tenant, None, queued_tenants, copy=False).__dict__)
+        del fixed["clock"], fixed["queued"], fixed["free_buckets"]
+        self._fixed = fixed
+
+    def at(self, clock: float, queued: Sequence[JobView], free_totals: FreeTotals,
+           free_buckets: Mapping[float, list[int]] | None,
+           running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...]) -> Snapshot:
+        """build(clock, <the frame's>, queued, ..., free_totals=..., free_buckets=...) with `running_elastic`."""
+        snap = Snapshot.__new__(Snapshot)
+        d = snap.__dict__
+        d.update(self._fixed)
+        d["clock"] = clock
+        d["queued"] = queued if isinstance(queued, LazyJobs) else tuple(queued)
+        d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
+        d["free_buckets"] = free_buckets
+        if type(running_elastic) is tuple:
+            d["running_elastic"] = running_elastic
+        else:
+            d["_running_elastic_provider"] = running_elastic
+        return snap
+
+
 def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
         npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Free GPUs, CPUs and memory per node: the cluster's capacity less what the running jobs hold. Values can
