@@ -468,17 +468,7 @@ class _Round:
 
     def why_never(self, job: JobView) -> str | None:
         """Why `job` can never run here (it is rejected), or None."""
-        spec = job.spec
-        shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
-                 spec.excluded_types)
-        # One dictionary probe (a tuple key is hashed afresh on every probe): "" stands for a shape not
-        # cached yet, which never_fits() then works out and caches.
-        why = self.snap.cluster.fit_cache.get(shape, "")
-        if why == "":
-            why = never_fits(spec, self.snap.cluster)
-        if why is None and self.gated:
-            why = self.gate.never_admits(job)
-        return why or None
+        return why_never(job, self.snap, self.gate if self.gated else None)
 
     def alike_key(self, job: JobView) -> object:
         """What decides this job's answer besides capacity (its shape, the placer's cache key and the policy's
@@ -505,6 +495,51 @@ class _Round:
     def plan(self, rejects: list[Reject], waits: list[Wait]) -> Plan:
         return Plan(starts=tuple(self.starts), preempts=tuple(self.preempts), resizes=tuple(self.resizes),
                     rejects=tuple(rejects), waits=tuple(waits), migrations=tuple(self.migrations))
+
+
+def why_never(job: JobView, snap: Snapshot, gate: Gate | None) -> str | None:
+    """Why `job` can never run on the snapshot's cluster, or under `gate` (None: a gate that admits all)."""
+    spec = job.spec
+    shape = (spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
+             spec.excluded_types)
+    # One dictionary probe (a tuple key is hashed afresh on every probe): "" stands for a shape not
+    # cached yet, which never_fits() then works out and caches.
+    why = snap.cluster.fit_cache.get(shape, "")
+    if why == "":
+        why = never_fits(spec, snap.cluster)
+    if why is None and gate is not None:
+        why = gate.never_admits(job)
+    return why or None
+
+
+def start_alone(snap: Snapshot, policy: Policy, placer: Placer, job: JobView) -> Allocation | None:
+    """Where decide() starts `job` when it is the one job queued and starts without displacing, resizing or
+    moving anyone (most arrivals on a cluster that is not overloaded); None where decide() would do anything
+    else for it (reject it, leave it waiting, displace someone) or might (an elastic job: sizes tried by
+    halving). The caller decides in full then. Valid only without migration and without running elastic
+    jobs (decide() might grow them after the start).
+
+    decide()'s steps for the job, in its order, without its round: that round's bookkeeping (the no-fit
+    memo, starts, the gate's counts, the copy of the free arrays a start makes) serves the jobs ranked after
+    the first, and there are none. A placement that fails is not retried by displacement here: a start that
+    displaces someone is not this case."""
+    spec = job.spec
+    if spec.elastic:
+        return None
+    # The default gate admits everything and keeps no books: not made at all for a policy that keeps it.
+    gate = None if type(policy).gate is Policy.gate else policy.gate(snap)
+    if gate is not None and type(gate) is Gate:
+        gate = None
+    if why_never(job, snap, gate) or (gate is not None and gate.admit(job, spec.gpus) is Admission.DENIED):
+        return None
+    free = FreeCapacity(snap)
+    learners = spec.learners
+    # place_at()'s bounds: a gang larger than the free GPUs, or a learner larger than any server's free GPUs.
+    if (learners * spec.gpus_per_learner > free.total_gpus + 1e-9
+            or spec.gpus_per_learner > free.max_node_gpus + 1e-9):
+        return None
+    result = placer.place(job, learners, free, snap, policy.type_preference(snap, job))
+    return result if type(result) is Allocation else None
 
 
 def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False) -> Plan:

@@ -40,9 +40,9 @@ from dataclasses import dataclass
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.decide import _Round, decide
+from loadmaster.scheduling.decide import _Round, decide, start_alone
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, Reject, Wait, WaitReason
+from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
@@ -177,6 +177,13 @@ class Session:
         job_id = next(iter(self._pending))
         view = self._jobs[job_id]
         policy = self.policy
+        if not view.spec.elastic:
+            # decide()'s steps for one job without a round; it answers for every job but an elastic one.
+            alloc = start_alone(snap, policy, self.placer, view)
+            if alloc is None:
+                return None
+            del self._pending[job_id]
+            return Plan(starts=(Start(job_id, alloc),))
         rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
         if rnd.why_never(view):
             return None

@@ -131,6 +131,52 @@ class FreeLedger:
         return self._buckets
 
 
+class ShellFrame:
+    """What a shell passes build() unchanged at every event, checked once: its cluster, read-only views of its
+    free arrays (copy=False), its quotas and tenant GPUs as read-only mappings it keeps up to date, and its
+    providers of the running jobs, of them per tenant and of the queued tenants. at() then makes each
+    snapshot with one dict copy and the few values that change; the snapshot is build()'s (tests compare)."""
+
+    __slots__ = ("_fixed",)
+
+    def __init__(self, cluster: Cluster, free_gpus: npt.NDArray[np.float64], free_cpus: npt.NDArray[np.float64],
+                 free_mem: npt.NDArray[np.float64], running: Callable[[], tuple[JobView, ...]],
+                 tenants: Mapping[str, TenantQuota], tenant_gpus: Mapping[str, int],
+                 running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]],
+                 queued_tenants: Callable[[], Iterable[str]]) -> None:
+        # Each of these is shared by every snapshot made here: it must be the shell's own, never a copy that
+        # build() would freeze at this instant.
+        for name, value in (("free_gpus", free_gpus), ("free_cpus", free_cpus), ("free_mem", free_mem)):
+            if value.flags.writeable or value.dtype != np.float64:
+                raise ValueError(f"ShellFrame: {name} must be a read-only float64 view of the shell's array")
+        for name, mapping in (("tenants", tenants), ("tenant_gpus", tenant_gpus)):
+            if not isinstance(mapping, MappingProxyType):
+                raise ValueError(f"ShellFrame: {name} must be a read-only mapping the shell keeps (MappingProxyType)")
+        if not callable(running):
+            raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
+        fixed = dict(Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
+                                    running_by_tenant, None, queued_tenants, copy=False).__dict__)
+        del fixed["clock"], fixed["queued"], fixed["free_buckets"]
+        self._fixed = fixed
+
+    def at(self, clock: float, queued: Sequence[JobView], free_totals: FreeTotals,
+           free_buckets: Mapping[float, list[int]] | None,
+           running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...]) -> Snapshot:
+        """build(clock, <the frame's>, queued, ..., free_totals=..., free_buckets=...) with `running_elastic`."""
+        snap = Snapshot.__new__(Snapshot)
+        d = snap.__dict__
+        d.update(self._fixed)
+        d["clock"] = clock
+        d["queued"] = queued if isinstance(queued, LazyJobs) else tuple(queued)
+        d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
+        d["free_buckets"] = free_buckets
+        if type(running_elastic) is tuple:
+            d["running_elastic"] = running_elastic
+        else:
+            d["_running_elastic_provider"] = running_elastic
+        return snap
+
+
 def free_after(cluster: Cluster, running: Iterable[JobView]) -> tuple[
         npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
     """Free GPUs, CPUs and memory per node: the cluster's capacity less what the running jobs hold. Values can
@@ -271,7 +317,7 @@ class Snapshot:
         tenants: Mapping[str, TenantQuota] | None = None,
         tenant_gpus: Mapping[str, int] | None = None,
         running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]] | None = None,
-        running_elastic: Callable[[], tuple[JobView, ...]] | None = None,
+        running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
         free_totals: FreeTotals | None = None,
@@ -281,6 +327,7 @@ class Snapshot:
 
         tenant_gpus and running_by_tenant may be passed by a shell that keeps them up to date
         incrementally; they must agree with `running` (they are derived from it when omitted).
+        running_elastic: the running elastic jobs, or a provider of them called at most once, on first use.
         running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
         that never asks costs nothing; the shell must not change its state while decide() runs.
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
@@ -326,7 +373,11 @@ class Snapshot:
             snap.__dict__["running"] = tuple(running)
         if running_by_tenant is not None:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
-        if running_elastic is not None:
+        if type(running_elastic) is tuple:
+            # Given outright (a shell that knows there are none passes ()): read at every decision, and a
+            # cached_property's first read costs more than the rest of a lone arrival's checks.
+            snap.__dict__["running_elastic"] = running_elastic
+        elif running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic
         if queued_tenants is not None:
             snap.__dict__["_queued_tenants_provider"] = queued_tenants

@@ -70,6 +70,9 @@ _OUTCOME = {FinalStatus.PASS: JobStatus.COMPLETED, FinalStatus.FAILED: JobStatus
             FinalStatus.KILLED: JobStatus.CANCELLED}
 
 
+_DRAWS_AHEAD = 1024
+
+
 class FailureModel:
     def __init__(self, retry: RetryPolicy = RetryPolicy.TRACE, max_attempts: int = 3, seed: int = 0) -> None:
         if max_attempts < 1:
@@ -77,6 +80,10 @@ class FailureModel:
         self.retry = retry
         self.max_attempts = max_attempts
         self.rng = np.random.default_rng(seed)
+        # Uniform draws made ahead in chunks, used in order (reversed, so pop() takes the next): the generator
+        # gives the same stream in one call of n as in n calls (tests/sim/test_failures_stream.py), at a
+        # fraction of a NumPy call per draw. Only _draw reads the generator.
+        self._ahead: list[float] = []
         cats = list(PHILLY_FAILURE_WEIGHTS)
         w = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in cats], dtype=float)
         # Cumulative weights as Python floats: bisect on a list answers as np.searchsorted(side="right") would,
@@ -88,7 +95,10 @@ class FailureModel:
 
     def _draw(self, pool: tuple[list[FailureCategory], list[float]]) -> FailureCategory:
         cats, cumulative = pool
-        return cats[min(bisect_right(cumulative, self.rng.random()), len(cats) - 1)]
+        ahead = self._ahead
+        if not ahead:
+            ahead += reversed(self.rng.random(_DRAWS_AHEAD).tolist())
+        return cats[min(bisect_right(cumulative, ahead.pop()), len(cats) - 1)]
 
     def plan(self, spec: JobSpec) -> AttemptPlan:
         """The attempts this job makes under the retry policy. Call once per job, in submit order."""

@@ -23,7 +23,7 @@ from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
-from loadmaster.scheduling.snapshot import FreeLedger, JobView, Snapshot, TenantQuota
+from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.records import JobRecord, Timeline
@@ -183,6 +183,7 @@ class _Run:
         self.smoke = SmokeTally()
         self.decisions = 0
         self.snap = Snapshot.idle(0.0, sim.cluster)  # the last decision's input (placer_wake reads it)
+        self.frame: ShellFrame | None = None  # what every snapshot shares (decide() makes it)
         self.finished = 0
 
     # -- time -----------------------------------------------------------------------------------
@@ -321,13 +322,13 @@ class _Run:
 
     def decide(self) -> Plan:
         self.decisions += 1
-        snap = Snapshot.build(
-            self.clock, self.cluster, *self.free_views,
-            self.session.queued, self.running_tuple, self.quotas,
-            self.holding_view, self.running_by_tenant, self.growable_views, self.session.queued_tenants,
-            copy=False,  # the free arrays change only when the plan is carried out, after decide()
-            free_totals=self.ledger.totals(), free_buckets=self.ledger.buckets,
-        )
+        frame = self.frame
+        if frame is None:  # made at the first decision: a subclass may set its state up after __init__
+            # The free arrays change only when the plan is carried out, after decide(): views, not copies.
+            frame = self.frame = ShellFrame(self.cluster, *self.free_views, self.running_tuple, self.quotas,
+                                            self.holding_view, self.running_by_tenant, self.session.queued_tenants)
+        snap = frame.at(self.clock, self.session.queued, self.ledger.totals(), self.ledger.buckets,
+                        self.growable_views if self.growable else ())
         self.snap = snap
         return self.session.decide(snap)
 
@@ -403,17 +404,23 @@ class _Run:
         moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
-            had_g = float(gpus[node])
-            d_c = -sign * count * c
-            d_m = -sign * count * m
+            had_g = gpus.item(node)
             left_g = had_g - sign * count * g
-            left_c = cpus[node] + d_c
-            left_m = mem[node] + d_m
             gpus[node] = left_g
-            cpus[node] = left_c
-            mem[node] = left_m
-            moved(node, had_g, left_g, d_c, d_m)
-            if left_g < -1e-9 or left_c < -1e-6 or left_m < -1e-6:
+            if c or m:
+                # Traces without CPU or memory requests (Philly's) leave these arrays as they are: x + 0.0 is x.
+                d_c = -sign * count * c
+                d_m = -sign * count * m
+                left_c = cpus.item(node) + d_c
+                left_m = mem.item(node) + d_m
+                cpus[node] = left_c
+                mem[node] = left_m
+                moved(node, had_g, left_g, d_c, d_m)
+                if left_c < -1e-6 or left_m < -1e-6:
+                    raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            else:
+                moved(node, had_g, left_g, 0.0, 0.0)
+            if left_g < -1e-9:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         if busy:
             self.busy += sign * len(nodes) * g
