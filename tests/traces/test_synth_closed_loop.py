@@ -99,3 +99,14 @@ def test_fair_on_fixed_quotas_holds_the_vcs_full_with_a_short_queue() -> None:
     wide = statistics.median(r.first_start_s - r.spec.submit_time_s for r in records if r.spec.gpus >= 8
                              and r.first_start_s is not None)
     assert wide > one
+
+
+def test_gangs_wider_than_a_server_are_pre_simulated_as_the_simulator_runs_them_spread() -> None:
+    from loadmaster.core.profiles import family_of
+    from loadmaster.traces.synth import PHILLY, _spread_factor
+
+    family = np.array([0, 0, 0, 0], dtype=np.int64)
+    factor = _spread_factor(PHILLY, family, np.array([1, 8, 16, 32], dtype=np.int64), 8)
+    rack = 1.0 + family_of(PHILLY.models[0].name).cross_rack_slowdown
+    assert rack > 1.0
+    assert factor.tolist() == [1.0, 1.0, rack, rack]
