@@ -4,6 +4,7 @@ the policies at that scale.
     .venv/bin/python bench/results_philly_vcs.py                       # fair + locality, seeds 0,1,2
     .venv/bin/python bench/results_philly_vcs.py --seeds 0 --policies fair,fifo,las,drf,themis
     .venv/bin/python bench/results_philly_vcs.py --policies fair,fair-fifo --borrow any --shared-span
+    .venv/bin/python bench/results_philly_vcs.py --load 1.3 --vc-queue 3   # closed-loop users (issue 13 item 5)
 
 The workload is `trace synth --like philly --jobs 30000 --cluster philly --load L --vcs --seed S`, replayed on
 Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`; `--borrow any`: no limit, as
@@ -52,7 +53,8 @@ def by_size(outcome: RunOutcome) -> dict[str, Any]:
             **{f"{k}_share": (v / total if total else 0.0) for k, v in waits.items()},
         }
     q = statistics.quantiles(delays, n=20) if len(delays) > 1 else [0.0] * 19
-    return {"median_queue_delay_s": statistics.median(delays) if delays else 0.0, "p75_queue_delay_s": q[14],
+    return {"median_queue_delay_s": statistics.median(delays) if delays else 0.0, "p25_queue_delay_s": q[4],
+            "p75_queue_delay_s": q[14],
             "p90_queue_delay_s": q[17], "queue_delay_quantiles_s": q,
             "waited_share": sum(1 for d in delays if d > 0) / len(delays) if delays else 0.0, "by_size": out}
 
@@ -69,6 +71,9 @@ def main() -> None:
                         "no limit, as Philly's VCs (default 0: fixed quotas)")
     parser.add_argument("--shared-span", action="store_true", help="every VC submits over one span (the cluster "
                         "offers --load; each VC whatever its draws add up to) instead of each its own")
+    parser.add_argument("--vc-queue", type=int, default=None, help="closed-loop users: a VC's next submission "
+                        "waits until it has fewer than this many jobs queued (--load is then what users intend); "
+                        "default: open-loop arrivals")
     parser.add_argument("--name", default="results_philly_vcs", help="stem of the JSON written under bench/results")
     args = parser.parse_args()
 
@@ -78,12 +83,12 @@ def main() -> None:
     rows: list[dict[str, Any]] = []
     for seed in args.seeds:
         workload = synthesize("philly", args.jobs, seed, cluster=cluster, load=args.load, vcs=True,
-                              shared_span=args.shared_span)
+                              shared_span=args.shared_span, vc_queue=args.vc_queue)
         for policy in [p for p in args.policies.split(",") if p]:
             started = time.process_time()
             outcome = simulate(workload, cluster, RunOptions(policy=policy, placement=args.placement, quotas=quotas))
             row = {"seed": seed, "load": args.load, "policy": policy, "placement": args.placement,
-                   "borrow": args.borrow,
+                   "borrow": args.borrow, "vc_queue": args.vc_queue,
                    **{k: outcome.summary[k] for k in KEYS}, **by_size(outcome),
                    "cpu_s": time.process_time() - started}
             rows.append(row)
@@ -91,13 +96,13 @@ def main() -> None:
                               f"(frag {v['fragmentation_share']:.0%})" for label, v in row["by_size"].items())
             print(f"seed {seed} load {args.load} {policy}/{args.placement}: median queueing delay "
                   f"{row['median_queue_delay_s']:,.0f} s (x{row['median_queue_delay_s'] / PHILLY_MEDIAN_S:.2f} of "
-                  f"Philly's), waited {row['waited_share']:.0%}, p40-p70 "
+                  f"Philly's), waited {row['waited_share']:.0%}, p25 {row['p25_queue_delay_s']:,.0f}, p40-p70 "
                   f"{'/'.join(f'{x:,.0f}' for x in row['queue_delay_quantiles_s'][7:14])}, "
                   f"p75 {row['p75_queue_delay_s']:,.0f}, p90 {row['p90_queue_delay_s']:,.0f}; by size "
                   f"median/mean: {sizes}; avg JCT {row['avg_jct_s']:,.0f} s; cpu {row['cpu_s']:.0f} s", flush=True)
     path = save(args.name, {"jobs": args.jobs, "load": args.load, "cluster": "philly", "seeds": args.seeds,
                             "policies": args.policies, "placement": args.placement,
-                            "quotas": f"vc_quotas, borrow {args.borrow}"},
+                            "quotas": f"vc_quotas, borrow {args.borrow}", "vc_queue": args.vc_queue},
                 rows)
     print(f"wrote {path}")
 

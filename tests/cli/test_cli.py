@@ -188,6 +188,17 @@ def test_synth_vcs_that_borrow_over_one_span_run_under_fair_fifo(tmp_path: Path)
     assert code != 0 and "--shared-span" in out
 
 
+def test_synth_vcs_with_closed_loop_users_runs_under_fair(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    code, out = invoke("trace", "synth", "--jobs", "400", "--cluster", "16x8", "--load", "1.5", "--vcs",
+                       "--vc-queue", "2", "--seed", "2", "--out", str(w))
+    assert code == 0, out
+    summary = invoke_json("sim", "run", "--trace", str(w), "--cluster", "16x8", "--quotas",
+                          str(tmp_path / "w.quotas.yaml"), "--policy", "fair", "--no-plots",
+                          "--out", str(tmp_path / "run"))
+    assert summary["jobs"] == 400 and summary["rejected"] == 0 and summary["fair_share_delay_s"] > 0
+
+
 def test_compare_with_and_without_migration(tmp_path: Path) -> None:
     w = tmp_path / "w.csv"
     assert invoke("trace", "synth", "--jobs", "300", "--cluster", "8x8", "--load", "1.2", "--seed", "1",
@@ -210,6 +221,7 @@ def test_compare_with_and_without_migration(tmp_path: Path) -> None:
     [
         (["trace", "synth", "--vcs", "--out", "x.csv"], "--vcs"),
         (["trace", "synth", "--quotas-out", "q.yaml", "--out", "x.csv"], "--vcs"),
+        (["trace", "synth", "--vc-queue", "2", "--out", "x.csv"], "--vcs"),
         (["sim", "run", "--migrate", "maybe"], "--migrate"),
         (["sim", "run", "--migrate", "on", "--gang", "off"], "--migrate"),
         (["sim", "run", "--smoke-test", "60", "--gang", "off"], "--smoke-test"),

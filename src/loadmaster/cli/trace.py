@@ -201,6 +201,10 @@ def synth(
     shared_span: Annotated[bool, typer.Option("--shared-span", help="With --vcs: every VC submits over one span, "
                                               "so the whole cluster is offered --load and each VC what its draws "
                                               "add up to (for VCs that borrow).")] = False,
+    vc_queue: Annotated[int | None, typer.Option("--vc-queue", min=1, help="With --vcs: closed-loop users. A VC's "
+                                                 "next submission (a job or a whole burst) waits until the VC has "
+                                                 "fewer than this many jobs queued, as pre-simulated for fair on "
+                                                 "fixed quotas; --load is then what its users intend.")] = None,
 ) -> None:
     """Write a synthetic workload in the canonical CSV, following a published trace's statistics."""
     if like not in LIKES:
@@ -215,14 +219,15 @@ def synth(
     if vcs and (cluster is None or load is None):
         raise ValueError("--vcs: quotas are shares of a cluster and each VC offers a load on its own: add "
                          "--cluster (e.g. --cluster philly) and --load (e.g. --load 0.9)")
-    if not vcs and (quotas_out is not None or borrow_limit is not None or borrow_any or shared_span):
-        raise ValueError("--quotas-out/--borrow-limit/--borrow-any/--shared-span: these describe --vcs; add --vcs "
-                         "or leave them out")
+    if not vcs and (quotas_out is not None or borrow_limit is not None or borrow_any or shared_span
+                    or vc_queue is not None):
+        raise ValueError("--quotas-out/--borrow-limit/--borrow-any/--shared-span/--vc-queue: these describe --vcs; "
+                         "add --vcs or leave them out")
     if borrow_any and borrow_limit is not None:
         raise ValueError("--borrow-any and --borrow-limit contradict each other: give one")
     shaped_for = load_cluster(cluster) if cluster is not None else None
     workload = synthesize(like, jobs, seed, cluster_gpus=cluster_gpus, load=load, cpu_demands=cpu_demands,
-                          cluster=shaped_for, vcs=vcs, shared_span=shared_span)
+                          cluster=shaped_for, vcs=vcs, shared_span=shared_span, vc_queue=vc_queue)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = write_csv(workload.jobs, out)
     if vcs:

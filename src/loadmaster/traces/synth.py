@@ -44,7 +44,9 @@ import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import FinalStatus, JobSpec
+from loadmaster.core.profiles import family_of
 from loadmaster.core.workload import LoadReport, Workload
+from loadmaster.traces.closed_loop import close_loop
 
 FloatArray = npt.NDArray[np.float64]
 IntArray = npt.NDArray[np.int64]
@@ -352,6 +354,7 @@ def synthesize(
     cluster: Cluster | None = None,
     vcs: bool = False,
     shared_span: bool = False,
+    vc_queue: int | None = None,
 ) -> Workload:
     """Generate `jobs` jobs that follow the statistics of the trace named by `like` (see LIKES).
 
@@ -382,6 +385,9 @@ def synthesize(
     shared_span=True (with vcs): every VC submits over one span, chosen so that the whole cluster is offered
     `load`; each VC then offers what its draws add up to (the same jobs, other submission times), which is
     the workload for VCs that borrow each other's idle GPUs.
+    vc_queue=Q (with vcs): closed-loop users (traces/closed_loop.py): the open-loop times above become what users
+    intend, and a VC's next submission (a job, or a whole burst) waits until the VC has fewer than Q jobs queued,
+    as pre-simulated for `fair` on fixed quotas, so a VC is held full with a short queue instead of drifting.
     """
     profile = PROFILES.get(like)
     if profile is None:
@@ -408,7 +414,9 @@ def synthesize(
                              "cluster and load")
         if not profile.vc_servers:
             raise ValueError(f"vcs: profile {profile.name} has no virtual clusters")
-        return _generate_vcs(profile, jobs, seed, cluster, load, cpu_demands, shared_span)
+        return _generate_vcs(profile, jobs, seed, cluster, load, cpu_demands, shared_span, vc_queue)
+    if vc_queue is not None:
+        raise ValueError("vc_queue: the closed loop is per virtual cluster and needs vcs")
     if shared_span:
         raise ValueError("shared_span: an arrival span shared by the virtual clusters needs vcs")
     return _generate(profile, jobs, seed, cluster_gpus, load, cpu_demands, cluster)
@@ -434,7 +442,7 @@ def vc_quotas(like: str, cluster: Cluster) -> dict[str, int]:
 
 
 def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: float,
-                  cpu_demands: bool, shared_span: bool = False) -> Workload:
+                  cpu_demands: bool, shared_span: bool = False, vc_queue: int | None = None) -> Workload:
     """The VC mode of synthesize(): see there. Same draws as _generate, then bursts and the VCs' caps."""
     quotas = vc_quotas(profile.name, cluster)
     names = [t.name for t in profile.tenants]
@@ -491,6 +499,10 @@ def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: f
         g = group[members]
         submit[members] = np.floor(submit[leaders][g] + rng.random(len(members)) * length[g])
     family, variant = _draw_models(profile, rng, gpus)
+    if vc_queue is not None:
+        # After every draw, so a seed's jobs are the same with or without the loop; only their times move.
+        held = job_gpu_s / gpus * _spread_factor(profile, family, gpus, _server_gpus(cluster))
+        submit = _closed_loop_times(submit, tenant, group, gpus, held, quota, vc_queue)
 
     order = np.argsort(submit, kind="stable")
     failed_by_job = np.split(failed, np.cumsum(attempts - 1)[:-1]) if n else []
@@ -504,10 +516,49 @@ def _generate_vcs(profile: Profile, n: int, seed: int, cluster: Cluster, load: f
         + (f"submitting over one span: load {load:g} on the whole cluster, each VC what its draws add up to"
            if shared_span else f"each offering load {load:g} on its quota over its own span")
         + f"; {profile.burst_share:.0%} of jobs in bursts"
+        + (f"; closed loop: a VC's users submit while it has fewer than {vc_queue} jobs queued (timed for fair "
+           f"on fixed quotas), last submission at {float(submit.max()) / DAY_S:.2f} days"
+           if vc_queue is not None and n else "")
     )
     report.notes.append(f"spans {spans.min() / DAY_S:.2f} to {span / DAY_S:.2f} days, "
                         f"{gpu_seconds / 3600:.0f} GPU-hours offered")
     return workload
+
+
+def _spread_factor(profile: Profile, family: IntArray, gpus: IntArray, per_server: int) -> FloatArray:
+    """How much longer a job holds its GPUs than its recorded runtime, as the simulator's performance model
+    (sim/perf.py) runs a gang that spans servers: one wider than a server is counted as spanning racks (its
+    locality wait rarely finds a rack free on a full cluster). A job that fits one server is counted at its
+    recorded runtime, though the simulator may spread it after its locality wait: counting every such job as spread
+    held the pre-simulated VCs so far behind that nothing waited in the simulator (median 0 on seeds 0 and 1).
+    Without this the pre-simulated VCs run ahead of the simulated ones, and
+    with nothing to pull them back (a pre-computed trace cannot) their queues drift for days."""
+    fams = [family_of(m.name) for m in profile.models]
+    rack = np.array([1.0 + f.cross_rack_slowdown for f in fams])[family]
+    out: FloatArray = np.where(gpus > per_server, rack, 1.0)
+    return out
+
+
+def _closed_loop_times(intended: FloatArray, tenant: IntArray, group: IntArray, gpus: IntArray,
+                       occupancy: FloatArray, quota: FloatArray, vc_queue: int) -> FloatArray:
+    """Each VC's submission times under the closed loop: its units (single jobs, and bursts from their earliest
+    job on) in order of intended time, through close_loop()."""
+    submit = intended.copy()
+    for v in range(len(quota)):
+        mine = np.flatnonzero(tenant == v)
+        if not len(mine):
+            continue
+        single = mine[group[mine] < 0]
+        bursts = np.unique(group[mine][group[mine] >= 0])
+        units = [np.array([j]) for j in single.tolist()]
+        for b in bursts.tolist():
+            members = np.flatnonzero(group == b)
+            # Every member, its leader too, was spread over the burst's length: the unit starts at the earliest.
+            units.append(members[np.argsort(intended[members], kind="stable")])
+        units.sort(key=lambda unit: (float(intended[unit[0]]), int(unit[0])))
+        times, _ = close_loop(intended, units, gpus, occupancy, int(quota[v]), vc_queue)
+        submit[mine] = times[mine]
+    return submit
 
 
 def _generate(profile: Profile, n: int, seed: int, cluster_gpus: int | None, load: float | None,
