@@ -176,8 +176,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
-                 "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
+    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
+                 "classes", "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -198,6 +198,7 @@ class _Round:
         self._victims_min_gpus = math.inf
         # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
         self._held: tuple[list[float], list[int]] | None = None
+        self._by_server: dict[int, npt.NDArray[np.float64]] = {}  # the same prefixes' GPUs per server
         self._victim_rho: dict[str, float] = {}
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
@@ -392,6 +393,7 @@ class _Round:
             self._victims = entries
             self._victims_min_gpus = min_gpus
             self._held = None
+            self._by_server = {}
         return self._victims
 
     def releasable(self, rho: float) -> int:
@@ -410,6 +412,24 @@ class _Round:
                 sums.append(total)
             held = self._held = (keys, sums)
         return held[1][bisect_left(held[0], rho)]
+
+    def releasable_by_server(self, rho: float) -> npt.NDArray[np.float64]:
+        """releasable()'s GPUs per server: where a gang could find room once those jobs are displaced."""
+        self.releasable(rho)  # the victim list for this rho, and its keys
+        assert self._held is not None and self._victims is not None
+        k = bisect_left(self._held[0], rho)
+        found = self._by_server.get(k)
+        if found is None:
+            nodes: list[int] = []
+            gpus: list[float] = []
+            for e in self._victims[:k]:
+                alloc = e[3].allocation
+                assert alloc is not None
+                nodes += alloc.learner_nodes
+                gpus += [alloc.gpus_per_learner] * len(alloc.learner_nodes)
+            found = self._by_server[k] = np.bincount(nodes, gpus, minlength=len(self.snap.free_gpus)).astype(
+                np.float64)
+        return found
 
     # -- bids ------------------------------------------------------------------------------------------
     def type_room(self) -> dict[str, tuple[float, float, float]]:
@@ -643,6 +663,12 @@ class ThemisPolicy(Policy):
         if job.job_id not in rnd.offered:
             return 0.0
         return float(rnd.releasable(rnd.rho_of(job)))
+
+    def releasable_by_server(self, snap: Snapshot, gate: Gate, job: JobView) -> npt.NDArray[np.float64] | None:
+        rnd = self._round(snap)
+        if job.job_id not in rnd.offered:
+            return None  # releasable_gpus() said 0: never asked
+        return rnd.releasable_by_server(rnd.rho_of(job))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
