@@ -632,7 +632,11 @@ class ThemisPolicy(Policy):
         return self._round(snap).offered
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        return job.job_id in self._round(snap).offered
+        # Asked of every queued job too wide for the free GPUs at every decision: _round() inlined.
+        last = self._last
+        if last is None or last.snap is not snap:
+            last = self._round(snap)
+        return job.spec.job_id in last.offered
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         rnd = self._round(snap)
