@@ -58,6 +58,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
 from operator import attrgetter, itemgetter
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +83,7 @@ _TINY = 1e-9
 
 # A bid: GPU types in order of preference (None: any, the placer's choice) and the best effective speed.
 _Bid = tuple[tuple[str, ...] | None, float]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,23 @@ _AS_OF = attrgetter("as_of")
 _TYPE_SPEED = attrgetter("type_speed")
 
 
-def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: npt.NDArray[np.float64]
-                   ) -> npt.NDArray[np.intp]:
-    """Positions sorted by (first, second, id), as sorted() orders such tuples. The ids, slow to compare
-    as numpy strings, are only sorted on when two jobs tie on both numbers."""
+def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: npt.NDArray[np.float64],
+                   among: list[int] | None = None) -> npt.NDArray[np.intp]:
+    """Positions sorted by (first, second, id), as sorted() orders such tuples (`among`: the positions in
+    `ids` of the entries of `first` and `second`; all by default). The ids, slow to compare as numpy
+    strings, are only looked up and sorted on when two jobs tie on both numbers."""
     order = np.lexsort((second, first))
     a, b = first[order], second[order]
     if not ((a[1:] == a[:-1]) & (b[1:] == b[:-1])).any():
         return order
-    return np.lexsort((np.array(ids), second, first))
+    return np.lexsort((np.array(ids if among is None else _pick(ids, among)), second, first))
+
+
+def _pick(items: Sequence[_T], positions: list[int]) -> list[_T]:
+    """[items[i] for i in positions], gathered by itemgetter (the queue's long lists at every decision)."""
+    if len(positions) > 1:
+        return list(itemgetter(*positions)(items))
+    return [items[i] for i in positions]
 
 
 def _ideal_s(spec: JobSpec, share: float) -> float:
@@ -177,7 +187,7 @@ class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
     __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
-                 "classes", "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
+                 "classes", "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "uniform_bids", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -200,6 +210,7 @@ class _Round:
         self._held: tuple[list[float], list[int]] | None = None
         self._by_server: dict[int, npt.NDArray[np.float64]] = {}  # the same prefixes' GPUs per server
         self._victim_rho: dict[str, float] = {}
+        self.uniform_bids = False  # every queued job's bid is _ANY_TYPE (known without a look at each)
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -250,6 +261,10 @@ class _Round:
         """Every ranked job's decision class, which decide() asks next (every job has its bid by now)."""
         bids = self.bids
         classes = self.classes
+        if self.uniform_bids:  # every bid is any type's: two classes, set in C
+            classes.update(dict.fromkeys(offered, (True, None)))
+            classes.update(dict.fromkeys(rest, (False, None)))
+            return
         for was_offered, ids in ((True, offered), (False, rest)):
             any_type = (was_offered, None)  # the common class: one tuple for all its jobs
             for job_id in ids:
@@ -275,7 +290,8 @@ class _Round:
         # on a uniform cluster is every job without speeds of its own: then no job needs a look of its own.
         speed = np.ones(n)
         if self.facts.uniform and list(map(_TYPE_SPEED, specs)).count(None) == n:
-            self.bids = dict.fromkeys(ids, (None, 1.0))
+            self.bids = dict.fromkeys(ids, _ANY_TYPE)
+            self.uniform_bids = True
         else:
             uniform = self.facts.uniform
             for i, spec in enumerate(specs):
@@ -292,12 +308,13 @@ class _Round:
         self.rho = dict(zip(ids, rho.tolist(), strict=True))
         order = _lexsort_by_id(ids, submit, -rho)
         k = self.policy.offer_count(n)
-        top, rest = order[:k], order[k:]
-        rest = rest[_lexsort_by_id([ids[i] for i in rest.tolist()], submit[rest], (remaining * gpus)[rest])]
-        top_ids = [ids[i] for i in top.tolist()]
+        top, rest = order[:k].tolist(), order[k:]
+        rest_list = rest.tolist()
+        rest_list = rest[_lexsort_by_id(ids, submit[rest], (remaining * gpus)[rest], rest_list)].tolist()
+        top_ids = _pick(ids, top)
         self.offered = frozenset(top_ids)
-        self.ranked = [queued[i] for i in top.tolist()] + [queued[i] for i in rest.tolist()]
-        self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
+        self.ranked = _pick(queued, top) + _pick(queued, rest_list)
+        self._know_classes(top_ids, _pick(ids, rest_list))
 
     # -- rho ------------------------------------------------------------------------------------------
     @property
