@@ -2,12 +2,12 @@
 
 SRTF gives up a displacement before releasing anyone when the gang cannot fit even with every victim it
 may take released (SrtfPolicy._may_fit), Themis when the jobs it may displace hold too few GPUs
-(ThemisPolicy.releasable_gpus); DRF's walk leaves out the classes that can only answer
-NO_CAPACITY or FRAGMENTATION and settles their answers (drf._SkippingProgressiveOrder). World after world
-(test_session's worlds: overloaded small clusters, elastic jobs, preemptions, the clock jumping), the
-Session's plans, waits included, must be those of decide() run without them: SRTF with a gate that keeps
-no books (no bound), Themis without releasable_gpus, DRF ranked by progressive filling over the whole
-queue (no class left out)."""
+(ThemisPolicy.releasable_gpus) or too few where a learner could use them (releasable_by_server); DRF's walk
+leaves out the classes that can only answer NO_CAPACITY or FRAGMENTATION and settles their answers
+(drf._SkippingProgressiveOrder). World after world (test_session's worlds: overloaded small clusters,
+elastic jobs, preemptions, the clock jumping), the Session's plans, waits included, must be those of
+decide() run without them: SRTF with a gate that keeps no books (no bound), Themis without either bound, DRF
+ranked by progressive filling over the whole queue (no class left out)."""
 
 from __future__ import annotations
 
@@ -36,6 +36,9 @@ def test_srtf_plans_are_those_of_walking_every_displacement(seed: int, placement
 class _ThemisWithoutBound(ThemisPolicy):
     def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
         return None  # every displacement is walked to its end
+
+    def releasable_by_server(self, snap: Snapshot, gate: Gate, job: JobView) -> None:
+        return None
 
 
 @settings(max_examples=80, deadline=None)

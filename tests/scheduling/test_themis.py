@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -293,6 +294,27 @@ def test_releasable_gpus_are_those_of_the_victim_candidates(snap: Snapshot, f: f
         held = sum(v.allocation.gpus for v in p.victim_candidates(snap, gate, j, lambda: snap.running)
                    if v.allocation is not None)
         assert bound == held
+
+
+@settings(max_examples=200, deadline=None)
+@given(contested(), st.sampled_from([0.0, 0.5, 0.8]))
+def test_releasable_by_server_are_the_victim_candidates_gpus_on_each_server(snap: Snapshot, f: float) -> None:
+    # decide() gives up a displacement whose gang would not fit on the servers even with every victim
+    # released: the bound must be what exactly those jobs hold, server by server (asked in rank order, as
+    # decide() asks, so the per-prefix memo is exercised; None for a job not offered).
+    p = ThemisPolicy(fairness_knob=f)
+    gate = p.gate(snap)
+    for j in p.rank(snap):
+        got = p.releasable_by_server(snap, gate, j)
+        if j.job_id not in p.offered(snap):
+            assert got is None
+            continue
+        held = np.zeros(len(snap.free_gpus))
+        for v in p.victim_candidates(snap, gate, j, lambda: snap.running):
+            assert v.allocation is not None
+            for node in v.allocation.learner_nodes:
+                held[node] += v.allocation.gpus_per_learner
+        assert got is not None and got.tolist() == held.tolist()
 
 
 @st.composite

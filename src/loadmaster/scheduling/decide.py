@@ -12,6 +12,9 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
+import numpy as np
+import numpy.typing as npt
+
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
 from loadmaster.scheduling.feasibility import never_fits
@@ -116,6 +119,11 @@ def shrink_to_minimum(job: JobView) -> Allocation | None:
         return None
     return Allocation(job.job_id, alloc.learner_nodes[:low], alloc.gpus_per_learner, alloc.cpus_per_learner,
                       alloc.mem_gb_per_learner)
+
+
+def _learners_room(gpus: npt.NDArray[np.float64], per_learner: float) -> int:
+    """How many learners of `per_learner` GPUs servers with these free GPUs could hold at most."""
+    return int(((gpus + 1e-9) // per_learner).sum())
 
 
 @dataclass
@@ -268,6 +276,13 @@ class _Round:
             # Walking the victims of a search that cannot free enough GPUs changes nothing but this memo.
             bound = self.policy.releasable_gpus(self.snap, self.gate, job)
             if bound is not None and free.total_gpus + bound + 1e-9 < need:
+                if key is not None:
+                    self.no_preempt[key] = free.version
+                return reason
+            # Enough GPUs in all, but maybe not on servers with room for a learner: most searches that got
+            # this far under overload released every victim and then found no server that could take one.
+            by_server = self.policy.releasable_by_server(self.snap, self.gate, job) if per_learner > 0 else None
+            if by_server is not None and _learners_room(free.gpus + by_server, per_learner) < learners:
                 if key is not None:
                     self.no_preempt[key] = free.version
                 return reason

@@ -7,6 +7,9 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import ClassVar
 
+import numpy as np
+import numpy.typing as npt
+
 from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -88,6 +91,14 @@ class Policy(ABC):
         """At most how many GPUs displacing every job victim_candidates() may give `job` frees (None: not
         known). decide() gives up on a displacement that cannot free enough GPUs without walking the
         victims one by one, where the gate keeps no books (Gate itself)."""
+        return None
+
+    def releasable_by_server(self, snap: Snapshot, gate: Gate, job: JobView
+                             ) -> npt.NDArray[np.float64] | None:
+        """Per server (cluster node order), at most how many GPUs displacing every job victim_candidates()
+        may give `job` frees there (None: not known). Asked only once releasable_gpus() let the search go on,
+        where the gate keeps no books: decide() gives up when the gang cannot fit even then, since a server
+        holds at most floor((free + releasable) / GPUs per learner) of its learners."""
         return None
 
     def victim_key(self, snap: Snapshot, victim: JobView) -> tuple[float, ...]:

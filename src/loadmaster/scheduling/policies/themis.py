@@ -58,6 +58,7 @@ from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import takewhile
 from operator import attrgetter, itemgetter
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
@@ -82,6 +83,7 @@ _TINY = 1e-9
 
 # A bid: GPU types in order of preference (None: any, the placer's choice) and the best effective speed.
 _Bid = tuple[tuple[str, ...] | None, float]
+_T = TypeVar("_T")
 
 
 @dataclass(frozen=True)
@@ -134,15 +136,23 @@ _AS_OF = attrgetter("as_of")
 _TYPE_SPEED = attrgetter("type_speed")
 
 
-def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: npt.NDArray[np.float64]
-                   ) -> npt.NDArray[np.intp]:
-    """Positions sorted by (first, second, id), as sorted() orders such tuples. The ids, slow to compare
-    as numpy strings, are only sorted on when two jobs tie on both numbers."""
+def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: npt.NDArray[np.float64],
+                   among: list[int] | None = None) -> npt.NDArray[np.intp]:
+    """Positions sorted by (first, second, id), as sorted() orders such tuples (`among`: the positions in
+    `ids` of the entries of `first` and `second`; all by default). The ids, slow to compare as numpy
+    strings, are only looked up and sorted on when two jobs tie on both numbers."""
     order = np.lexsort((second, first))
     a, b = first[order], second[order]
     if not ((a[1:] == a[:-1]) & (b[1:] == b[:-1])).any():
         return order
-    return np.lexsort((np.array(ids), second, first))
+    return np.lexsort((np.array(ids if among is None else _pick(ids, among)), second, first))
+
+
+def _pick(items: Sequence[_T], positions: list[int]) -> list[_T]:
+    """[items[i] for i in positions], gathered by itemgetter (the queue's long lists at every decision)."""
+    if len(positions) > 1:
+        return list(itemgetter(*positions)(items))
+    return [items[i] for i in positions]
 
 
 def _ideal_s(spec: JobSpec, share: float) -> float:
@@ -176,8 +186,8 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids", "classes",
-                 "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "valued")
+    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
+                 "classes", "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "uniform_bids", "valued")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -198,7 +208,9 @@ class _Round:
         self._victims_min_gpus = math.inf
         # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
         self._held: tuple[list[float], list[int]] | None = None
+        self._by_server: dict[int, npt.NDArray[np.float64]] = {}  # the same prefixes' GPUs per server
         self._victim_rho: dict[str, float] = {}
+        self.uniform_bids = False  # every queued job's bid is _ANY_TYPE (known without a look at each)
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -249,6 +261,10 @@ class _Round:
         """Every ranked job's decision class, which decide() asks next (every job has its bid by now)."""
         bids = self.bids
         classes = self.classes
+        if self.uniform_bids:  # every bid is any type's: two classes, set in C
+            classes.update(dict.fromkeys(offered, (True, None)))
+            classes.update(dict.fromkeys(rest, (False, None)))
+            return
         for was_offered, ids in ((True, offered), (False, rest)):
             any_type = (was_offered, None)  # the common class: one tuple for all its jobs
             for job_id in ids:
@@ -274,7 +290,8 @@ class _Round:
         # on a uniform cluster is every job without speeds of its own: then no job needs a look of its own.
         speed = np.ones(n)
         if self.facts.uniform and list(map(_TYPE_SPEED, specs)).count(None) == n:
-            self.bids = dict.fromkeys(ids, (None, 1.0))
+            self.bids = dict.fromkeys(ids, _ANY_TYPE)
+            self.uniform_bids = True
         else:
             uniform = self.facts.uniform
             for i, spec in enumerate(specs):
@@ -291,12 +308,13 @@ class _Round:
         self.rho = dict(zip(ids, rho.tolist(), strict=True))
         order = _lexsort_by_id(ids, submit, -rho)
         k = self.policy.offer_count(n)
-        top, rest = order[:k], order[k:]
-        rest = rest[_lexsort_by_id([ids[i] for i in rest.tolist()], submit[rest], (remaining * gpus)[rest])]
-        top_ids = [ids[i] for i in top.tolist()]
+        top, rest = order[:k].tolist(), order[k:]
+        rest_list = rest.tolist()
+        rest_list = rest[_lexsort_by_id(ids, submit[rest], (remaining * gpus)[rest], rest_list)].tolist()
+        top_ids = _pick(ids, top)
         self.offered = frozenset(top_ids)
-        self.ranked = [queued[i] for i in top.tolist()] + [queued[i] for i in rest.tolist()]
-        self._know_classes(top_ids, [ids[i] for i in rest.tolist()])
+        self.ranked = _pick(queued, top) + _pick(queued, rest_list)
+        self._know_classes(top_ids, _pick(ids, rest_list))
 
     # -- rho ------------------------------------------------------------------------------------------
     @property
@@ -392,6 +410,7 @@ class _Round:
             self._victims = entries
             self._victims_min_gpus = min_gpus
             self._held = None
+            self._by_server = {}
         return self._victims
 
     def releasable(self, rho: float) -> int:
@@ -410,6 +429,24 @@ class _Round:
                 sums.append(total)
             held = self._held = (keys, sums)
         return held[1][bisect_left(held[0], rho)]
+
+    def releasable_by_server(self, rho: float) -> npt.NDArray[np.float64]:
+        """releasable()'s GPUs per server: where a gang could find room once those jobs are displaced."""
+        self.releasable(rho)  # the victim list for this rho, and its keys
+        assert self._held is not None and self._victims is not None
+        k = bisect_left(self._held[0], rho)
+        found = self._by_server.get(k)
+        if found is None:
+            nodes: list[int] = []
+            gpus: list[float] = []
+            for e in self._victims[:k]:
+                alloc = e[3].allocation
+                assert alloc is not None
+                nodes += alloc.learner_nodes
+                gpus += [alloc.gpus_per_learner] * len(alloc.learner_nodes)
+            found = self._by_server[k] = np.bincount(nodes, gpus, minlength=len(self.snap.free_gpus)).astype(
+                np.float64)
+        return found
 
     # -- bids ------------------------------------------------------------------------------------------
     def type_room(self) -> dict[str, tuple[float, float, float]]:
@@ -612,7 +649,11 @@ class ThemisPolicy(Policy):
         return self._round(snap).offered
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        return job.job_id in self._round(snap).offered
+        # Asked of every queued job too wide for the free GPUs at every decision: _round() inlined.
+        last = self._last
+        if last is None or last.snap is not snap:
+            last = self._round(snap)
+        return job.spec.job_id in last.offered
 
     def may_preempt(self, snap: Snapshot, gate: Gate, job: JobView, victim: JobView) -> bool:
         rnd = self._round(snap)
@@ -643,6 +684,12 @@ class ThemisPolicy(Policy):
         if job.job_id not in rnd.offered:
             return 0.0
         return float(rnd.releasable(rnd.rho_of(job)))
+
+    def releasable_by_server(self, snap: Snapshot, gate: Gate, job: JobView) -> npt.NDArray[np.float64] | None:
+        rnd = self._round(snap)
+        if job.job_id not in rnd.offered:
+            return None  # releasable_gpus() said 0: never asked
+        return rnd.releasable_by_server(rnd.rho_of(job))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
         return self._round(snap).bid(job)[0]
