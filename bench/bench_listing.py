@@ -29,8 +29,6 @@ import asyncio
 import os
 import resource
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
@@ -41,8 +39,8 @@ from sqlalchemy import insert
 
 from bench_api import Tally
 from bench_api import _lean_client as lean_client
-from common import ROOT, print_table, write_results
-from platform_server import Server, fresh_database
+from common import print_table, write_results
+from platform_server import Server, fresh_database, run_queue_cli
 
 NAMES = ("resnet", "bert-base", "gpt-small", "vit")
 PAGE = 50
@@ -134,16 +132,10 @@ def cli_s(server: Server, token: str, *args: str) -> tuple[float, float, float, 
     """One `loadmaster queue ...` process: its wall seconds, its CPU seconds, the server's CPU seconds meanwhile
     (on a shared machine CPU is the steadier figure; busy: the server's includes its loop's rounds), and how
     many queued jobs it said there were."""
-    env = {**os.environ, "LOADMASTER_URL": server.url, "LOADMASTER_TOKEN": token}
     cpu, server_cpu = _children_cpu_s(), server.cpu_s()
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "loadmaster.cli.main", "queue", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(done.stdout + done.stderr)
+    took, out = run_queue_cli(server, token, *args)
     return (took, _children_cpu_s() - cpu, server.cpu_s() - server_cpu,
-            int(done.stdout.split(" queued job", 1)[0].split()[-1]))
+            int(out.split(" queued job", 1)[0].split()[-1]))
 
 
 async def _submit(url: str, token: str, jobs: int, manifest: dict[str, Any]) -> Tally:

@@ -23,8 +23,6 @@ import contextlib
 import os
 import re
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -34,8 +32,8 @@ import httpx
 
 from bench_api import Tally
 from bench_api import _lean_client as lean_client
-from common import ROOT, print_table, write_results
-from platform_server import ADMIN, Server, cpu_s
+from common import print_table, write_results
+from platform_server import ADMIN, Server, cpu_s, run_queue_cli
 
 MANIFEST = {"name": "tiny", "command": ["true"], "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
 _COMPLETED = re.compile(r'^loadmaster_jobs\{status="(COMPLETED|FAILED)",tenant="[^"]*"\} (\S+)', re.M)
@@ -93,14 +91,7 @@ def tree_cpu_s(server: Server) -> float:
 
 
 def queue_cli(server: Server, token: str, *args: str) -> float:
-    env = {**os.environ, "LOADMASTER_URL": server.url, "LOADMASTER_TOKEN": token}
-    started = time.perf_counter()
-    done = subprocess.run([sys.executable, "-m", "loadmaster.cli.main", "queue", *args], env=env, cwd=ROOT,
-                          capture_output=True, text=True, timeout=120, check=False)
-    took = time.perf_counter() - started
-    if done.returncode != 0:
-        raise RuntimeError(done.stdout + done.stderr)
-    return took
+    return run_queue_cli(server, token, *args)[0]
 
 
 def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:

@@ -113,3 +113,15 @@ def fresh_database(url: str | None) -> Iterator[str | None]:
     finally:
         with psycopg.connect(url, autocommit=True) as admin:
             admin.execute(f'DROP DATABASE IF EXISTS "{fresh}" WITH (FORCE)')
+
+
+def run_queue_cli(server: Server, token: str, *args: str) -> tuple[float, str]:
+    """One `loadmaster queue ...` process against the server, as a user runs it: its wall seconds and its output."""
+    env = {**os.environ, "LOADMASTER_URL": server.url, "LOADMASTER_TOKEN": token}
+    started = time.perf_counter()
+    done = subprocess.run([sys.executable, "-m", "loadmaster.cli.main", "queue", *args], env=env, cwd=ROOT,
+                          capture_output=True, text=True, timeout=120, check=False)
+    took = time.perf_counter() - started
+    if done.returncode != 0:
+        raise RuntimeError(done.stdout + done.stderr)
+    return took, done.stdout

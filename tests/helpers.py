@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
+from typing import Any
+
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import JobSpec
 from loadmaster.core.workload import LoadReport, Workload
@@ -26,3 +30,11 @@ def queued(spec: JobSpec) -> JobView:
 
 def workload(*jobs: JobSpec) -> Workload:
     return Workload(list(jobs), LoadReport("test"))
+
+
+def counting(calls: Counter[str], name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """fn, counting its calls under name: a check of work done where a wall-clock bound would be a timed test."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        calls[name] += 1
+        return fn(*args, **kwargs)
+    return call

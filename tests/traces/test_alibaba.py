@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -13,6 +11,7 @@ from loadmaster.core.job import FinalStatus
 from loadmaster.core.workload import Workload
 from loadmaster.traces import TraceFormatError, alibaba
 from loadmaster.traces.clusters import RACK_SIZE
+from tests.helpers import counting
 
 HEADER = ",".join(alibaba.POD_COLUMNS)
 
@@ -53,16 +52,10 @@ def test_pod_list_loads_in_one_pass(alibaba_pods: Path, monkeypatch: pytest.Monk
     once, row by row, and each row parsed once."""
     calls: Counter[str] = Counter()
 
-    def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return call
-
     with alibaba_pods.open() as f:
         rows = sum(1 for _ in f) - 1  # the header
-    monkeypatch.setattr(alibaba, "_records", counted("records", alibaba._records))
-    monkeypatch.setattr(alibaba, "_parse_pod", counted("parse", alibaba._parse_pod))
+    monkeypatch.setattr(alibaba, "_records", counting(calls, "records", alibaba._records))
+    monkeypatch.setattr(alibaba, "_parse_pod", counting(calls, "parse", alibaba._parse_pod))
     workload = alibaba.load(alibaba_pods)
     assert calls == {"records": 1, "parse": rows} and workload.report.read == rows > 100
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from collections import Counter
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +13,7 @@ from loadmaster.core.job import FinalStatus
 from loadmaster.core.workload import Workload
 from loadmaster.traces import TraceFormatError, philly
 from loadmaster.traces.clusters import RACK_SIZE
+from tests.helpers import counting
 
 
 def _job(jobid: str = "j1", status: str = "Pass", submitted: str | None = "2017-10-01 00:00:00",
@@ -69,16 +69,10 @@ def test_sample_log_loads_in_one_pass(philly_log: Path, monkeypatch: pytest.Monk
     path) never runs."""
     calls: Counter[str] = Counter()
 
-    def counted(name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
-        def call(*args: Any, **kwargs: Any) -> Any:
-            calls[name] += 1
-            return fn(*args, **kwargs)
-        return call
-
     records = len(json.loads(philly_log.read_text()))
-    monkeypatch.setattr(philly.json, "loads", counted("loads", json.loads))
-    monkeypatch.setattr(philly, "_parse_job", counted("parse", philly._parse_job))
-    monkeypatch.setattr(philly._Context, "error", counted("error", philly._Context.error))
+    monkeypatch.setattr(philly.json, "loads", counting(calls, "loads", json.loads))
+    monkeypatch.setattr(philly, "_parse_job", counting(calls, "parse", philly._parse_job))
+    monkeypatch.setattr(philly._Context, "error", counting(calls, "error", philly._Context.error))
     workload = philly.load(philly_log)
     assert calls == {"loads": 1, "parse": records} and workload.report.read == records > 100
 
