@@ -56,10 +56,10 @@ def test_a_kill_9_mid_smoke_test_neither_tests_a_passed_job_again_nor_changes_a_
 
             blocker = submit("blocker", 1, 400)  # 20 s: it holds one GPU past the restart
             _wait(c, blocker, lambda j: j["status"] == "PROCESSING", "the blocker to run")
-            passed = submit("passed", 2, 300)
+            passed = submit("passed", 2, 100)  # 5 s: longer than its 3 s test; its gang runs after the restart
             _wait(c, passed, lambda j: any(h["reason"].startswith("smoke test passed") for h in j["history"]),
                   "its smoke test to pass")
-            midtest = submit("midtest", 2, 300)
+            midtest = submit("midtest", 2, 100)
             _wait(c, midtest, lambda j: j["status"] == "PROCESSING", "its smoke test to run")
     except BaseException:
         first.p.kill()
