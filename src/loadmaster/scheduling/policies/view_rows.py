@@ -10,7 +10,7 @@ of the kept columns.
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from operator import is_, itemgetter
+from operator import itemgetter
 from typing import Any
 
 import numpy as np
@@ -18,7 +18,6 @@ import numpy.typing as npt
 
 from loadmaster.scheduling.snapshot import JobView
 
-_VIEW = itemgetter(0)
 _SLOT = itemgetter(1)
 # The numbers of a view not seen before (`rows` of them).
 Fill = Callable[[JobView], Sequence[float]]
@@ -42,8 +41,9 @@ class ViewRows:
         slots = self._slots
         # Iterated in C (map), not in Python: this runs over every running view whenever they change.
         hits: list[Any] = list(map(slots.get, map(id, views)))
-        if None in hits or not all(map(is_, map(_VIEW, hits), views)):
-            self._add(views, [v for v, hit in zip(views, hits, strict=True) if hit is None or hit[0] is not v])
+        if None in hits:
+            # A hit is always this view: its entry keeps the view alive, so no other object has its id.
+            self._add(views, [v for v, hit in zip(views, hits, strict=True) if hit is None])
             hits = list(map(slots.get, map(id, views)))
         out: npt.NDArray[np.float64] = self._m.take(np.fromiter(map(_SLOT, hits), np.intp, len(hits)), axis=1)
         return out
