@@ -5,6 +5,7 @@ the policies at that scale.
     .venv/bin/python bench/results_philly_vcs.py --seeds 0 --policies fair,fifo,las,drf,themis
     .venv/bin/python bench/results_philly_vcs.py --policies fair,fair-fifo --borrow any --shared-span
     .venv/bin/python bench/results_philly_vcs.py --load 1.3 --vc-queue 3   # closed-loop users (issue 13 item 5)
+    .venv/bin/python bench/results_philly_vcs.py --load L --sim-vc-queue Q  # the users' loop in the simulator
 
 The workload is `trace synth --like philly --jobs 30000 --cluster philly --load L --vcs --seed S`, replayed on
 Philly's 2,490-GPU machine list with the VC quotas it writes (`borrow_limit: 0`; `--borrow any`: no limit, as
@@ -74,6 +75,9 @@ def main() -> None:
     parser.add_argument("--vc-queue", type=int, default=None, help="closed-loop users: a VC's next submission "
                         "waits until it has fewer than this many jobs queued (--load is then what users intend); "
                         "default: open-loop arrivals")
+    parser.add_argument("--sim-vc-queue", type=int, default=None, help="closed-loop users in the simulator "
+                        "(sim run --vc-queue): a job is held back while its VC has this many jobs queued, under "
+                        "whichever policy runs (--load is then what users intend); default: off")
     parser.add_argument("--name", default="results_philly_vcs", help="stem of the JSON written under bench/results")
     args = parser.parse_args()
 
@@ -86,9 +90,12 @@ def main() -> None:
                               shared_span=args.shared_span, vc_queue=args.vc_queue)
         for policy in [p for p in args.policies.split(",") if p]:
             started = time.process_time()
-            outcome = simulate(workload, cluster, RunOptions(policy=policy, placement=args.placement, quotas=quotas))
+            outcome = simulate(workload, cluster, RunOptions(policy=policy, placement=args.placement, quotas=quotas,
+                                                             vc_queue=args.sim_vc_queue))
             row = {"seed": seed, "load": args.load, "policy": policy, "placement": args.placement,
-                   "borrow": args.borrow, "vc_queue": args.vc_queue,
+                   "borrow": args.borrow, "vc_queue": args.vc_queue, "sim_vc_queue": args.sim_vc_queue,
+                   **{k: outcome.summary[k] for k in ("jobs_held_by_users", "avg_user_hold_s")
+                      if k in outcome.summary},
                    **{k: outcome.summary[k] for k in KEYS}, **by_size(outcome),
                    "cpu_s": time.process_time() - started}
             rows.append(row)
@@ -102,7 +109,8 @@ def main() -> None:
                   f"median/mean: {sizes}; avg JCT {row['avg_jct_s']:,.0f} s; cpu {row['cpu_s']:.0f} s", flush=True)
     path = save(args.name, {"jobs": args.jobs, "load": args.load, "cluster": "philly", "seeds": args.seeds,
                             "policies": args.policies, "placement": args.placement,
-                            "quotas": f"vc_quotas, borrow {args.borrow}", "vc_queue": args.vc_queue},
+                            "quotas": f"vc_quotas, borrow {args.borrow}", "vc_queue": args.vc_queue,
+                            "sim_vc_queue": args.sim_vc_queue},
                 rows)
     print(f"wrote {path}")
 

@@ -199,6 +199,21 @@ def test_synth_vcs_with_closed_loop_users_runs_under_fair(tmp_path: Path) -> Non
     assert summary["jobs"] == 400 and summary["rejected"] == 0 and summary["fair_share_delay_s"] > 0
 
 
+def test_sim_run_with_closed_loop_users_holds_jobs_back(tmp_path: Path) -> None:
+    w = tmp_path / "w.csv"
+    assert invoke("trace", "synth", "--jobs", "400", "--cluster", "16x8", "--load", "2", "--vcs", "--seed", "2",
+                  "--out", str(w))[0] == 0
+    args = ("sim", "run", "--trace", str(w), "--cluster", "16x8", "--quotas", str(tmp_path / "w.quotas.yaml"),
+            "--policy", "fair", "--no-plots")
+    open_loop = invoke_json(*args, "--out", str(tmp_path / "open"))
+    closed = invoke_json(*args, "--vc-queue", "2", "--out", str(tmp_path / "closed"))
+    assert isinstance(open_loop, dict) and isinstance(closed, dict)
+    assert "vc_queue" not in open_loop and closed["vc_queue"] == 2 and closed["jobs"] == 400
+    # Users who hold their jobs back while their VC has two queued: jobs wait less once submitted.
+    assert closed["jobs_held_by_users"] > 0 and closed["avg_user_hold_s"] > 0
+    assert closed["avg_queue_delay_s"] < open_loop["avg_queue_delay_s"]
+
+
 def test_compare_with_and_without_migration(tmp_path: Path) -> None:
     w = tmp_path / "w.csv"
     assert invoke("trace", "synth", "--jobs", "300", "--cluster", "8x8", "--load", "1.2", "--seed", "1",
@@ -226,6 +241,7 @@ def test_compare_with_and_without_migration(tmp_path: Path) -> None:
         (["sim", "run", "--migrate", "on", "--gang", "off"], "--migrate"),
         (["sim", "run", "--smoke-test", "60", "--gang", "off"], "--smoke-test"),
         (["sim", "run", "--smoke-test", "-5"], "--smoke-test"),
+        (["sim", "run", "--vc-queue", "0"], "--vc-queue"),
     ],
 )
 def test_bad_vcs_and_migrate_input_is_one_clear_line(args: list[str], expected: str, tmp_path: Path) -> None:

@@ -58,6 +58,10 @@ MIGRATE_HELP = ("on: defragment: when a gang waits on fragmentation (or for loca
 SmokeOpt = Annotated[float, typer.Option("--smoke-test", min=0, help="Seconds each attempt of a multi-GPU job first "
                                        "runs on one GPU before its gang is placed; an attempt that ends within "
                                        "them (most failures come early) costs one GPU, not the gang (0: off).")]
+VcQueueOpt = Annotated[int | None, typer.Option("--vc-queue", min=1, help="Closed-loop users: a job's submit time is "
+                                              "when its user means to submit it; while its tenant (VC) has this "
+                                              "many jobs queued the user holds it back, and submits it when the "
+                                              "queue is shorter (queueing delay counts from then). Default: off.")]
 TIMEOUT_HELP = ("With --gang off: seconds after its first learner is bound that a still-partial job gives its "
                 "learners back and requeues, or 'never'.")
 
@@ -83,13 +87,14 @@ def run(
     partial_timeout: Annotated[str, typer.Option("--partial-timeout", help=TIMEOUT_HELP)] = "never",
     migrate: Annotated[str, typer.Option("--migrate", help=MIGRATE_HELP)] = "off",
     smoke_test: SmokeOpt = 0.0,
+    vc_queue: VcQueueOpt = None,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print summary.json instead of a table.")] = False,
 ) -> None:
     """Replay a trace under one policy and placement; write summary.json, jobs.csv and plots to --out."""
     run_sim(out, trace, cluster, policy, placement, fmt, seed, retry, max_attempts, quotas, until, checkpoint_interval,
-            restart_overhead, gang, partial_timeout, migrate, smoke_test, plots, no_plots, as_json)
+            restart_overhead, gang, partial_timeout, migrate, smoke_test, plots, no_plots, as_json, vc_queue)
 
 
 @app.command("compare")
@@ -114,6 +119,7 @@ def compare(
                                ] = "never",
     migrate: Annotated[str, typer.Option("--migrate", help="Comma-separated: off, on. " + MIGRATE_HELP)] = "off",
     smoke_test: SmokeOpt = 0.0,
+    vc_queue: VcQueueOpt = None,
     plots: PlotsOpt = "svg",
     no_plots: NoPlotsOpt = False,
     as_json: Annotated[bool, typer.Option("--json", help="Print the summaries as JSON.")] = False,
@@ -144,7 +150,7 @@ def compare(
                 for (gang_on, timeout, suffix), (migrate_on, moved) in itertools.product(gang_modes, moves):
                     label = f"{pol}/{pl}" + (f"/{rt.value}" if len(retries) > 1 else "") + suffix + moved
                     opts = options(pol, pl, rt, max_attempts, seed, quotas, until, checkpoint_interval,
-                                   restart_overhead, gang_on, timeout, migrate_on, smoke_test)
+                                   restart_overhead, gang_on, timeout, migrate_on, smoke_test, vc_queue)
                     bar = SimProgress(workload.jobs[-1].submit_time_s, label, enabled=not as_json)
                     try:
                         runs.append(simulate(workload, clu, opts, bar, label=label))

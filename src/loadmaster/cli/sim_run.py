@@ -82,12 +82,13 @@ def summary_table(runs: list[RunOutcome]) -> Table:
 
 def options(policy: str, placement: str, retry: RetryPolicy, max_attempts: int, seed: int,
              quotas: Path | None, until: float | None, ckpt: float, restart: float, gang: bool = True,
-             partial_timeout: float | None = None, migrate: bool = False, smoke_test: float = 0.0) -> RunOptions:
+             partial_timeout: float | None = None, migrate: bool = False, smoke_test: float = 0.0,
+             vc_queue: int | None = None) -> RunOptions:
     return RunOptions(
         policy=policy, placement=placement, retry=retry, max_attempts=max_attempts, seed=seed,
         checkpoint_interval_s=ckpt, restart_overhead_s=restart, until_s=until,
         quotas=load_quota_file(quotas) if quotas else None, gang=gang, partial_timeout_s=partial_timeout,
-        migrate=migrate, smoke_test_s=smoke_test,
+        migrate=migrate, smoke_test_s=smoke_test, vc_queue=vc_queue,
     )
 
 
@@ -121,7 +122,7 @@ def modes(gang: str, partial_timeout: str) -> list[tuple[bool, float | None, str
 def run_sim(out: Path, trace: str, cluster: str, policy: str, placement: str, fmt: str, seed: int,
             retry: RetryPolicy, max_attempts: int, quotas: Path | None, until: float | None,
             checkpoint_interval: float, restart_overhead: float, gang: str, partial_timeout: str, migrate: str,
-            smoke_test: float, plots: str, no_plots: bool, as_json: bool) -> None:
+            smoke_test: float, plots: str, no_plots: bool, as_json: bool, vc_queue: int | None = None) -> None:
     """`sim run`: replay a trace under one policy and placement; write summary.json, jobs.csv and plots."""
     check_names([policy], [placement])
     plots = plot_format(plots, no_plots)
@@ -136,7 +137,7 @@ def run_sim(out: Path, trace: str, cluster: str, policy: str, placement: str, fm
         check_supported(make_policy(policy), make_placer(placement))
     workload, clu = inputs(trace, fmt, cluster)
     opts = options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
-                   restart_overhead, gang_on, timeout, migrate_on, smoke_test)
+                   restart_overhead, gang_on, timeout, migrate_on, smoke_test, vc_queue)
     horizon = workload.jobs[-1].submit_time_s
     bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
     try:

@@ -41,6 +41,7 @@ class RunOptions:
     partial_timeout_s: float | None = None  # learner-at-a-time only: a partial gang gives up after this (None: never)
     migrate: bool = False  # defragment by moving smaller running jobs (SimConfig.migrate)
     smoke_test_s: float = 0.0  # each attempt of a multi-GPU job first runs this long on one GPU (0: off)
+    vc_queue: int | None = None  # closed-loop users: held back while their tenant has this many queued (None: off)
 
 
 @dataclass
@@ -53,6 +54,8 @@ class RunOutcome:
 def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: ProgressFn | None = None,
              label: str | None = None) -> RunOutcome:
     started = time.perf_counter()
+    if opts.vc_queue is not None and not opts.gang:
+        raise ValueError("vc_queue: closed-loop users apply to gang scheduling only (drop --gang off)")
     quotas = dict(opts.quotas) if opts.quotas is not None else quotas_by_demand(workload, cluster.total_gpus)
     parts = (
         cluster,
@@ -61,7 +64,7 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
         FailureModel(opts.retry, opts.max_attempts, opts.seed),
         PerformanceModel(cluster, locality=opts.locality_model, cpu=opts.cpu_model),
         SimConfig(opts.checkpoint_interval_s, opts.restart_overhead_s, opts.until_s, opts.seed, opts.migrate,
-                  opts.smoke_test_s),
+                  opts.smoke_test_s, opts.vc_queue),
         quotas,
     )
     sim = Simulator(*parts) if opts.gang else LearnerAtATimeSimulator(*parts, opts.partial_timeout_s)

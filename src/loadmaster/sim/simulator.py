@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from collections import deque
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
@@ -43,6 +44,15 @@ class SimConfig:
     # Smoke test first (Philly's lesson: most failures come early): each attempt of a multi-GPU job first runs
     # this many seconds on one GPU; an attempt that ends within it ends there, on one GPU instead of the gang.
     smoke_test_s: float = 0.0
+    # Closed-loop users (docs/workloads.md): a job's submit time is when its user means to submit it; while its
+    # tenant (a VC) has this many jobs queued, the user holds it back and submits it when the queue is shorter
+    # (its queueing delay counts from then). None: every job is submitted at its trace time.
+    vc_queue: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.vc_queue is not None and self.vc_queue < 1:
+            raise ValueError(f"vc_queue must be >= 1 (jobs a tenant has queued before its users hold back), "
+                             f"got {self.vc_queue}")
 
 
 @dataclass
@@ -185,6 +195,14 @@ class _Run:
         self.snap = Snapshot.idle(0.0, sim.cluster)  # the last decision's input (placer_wake reads it)
         self.frame: ShellFrame | None = None  # what every snapshot shares (decide() makes it)
         self.finished = 0
+        # Closed-loop users (SimConfig.vc_queue): jobs queued per tenant, and the jobs its users hold back (trace
+        # order), with how many are held in all and how long they were held.
+        self.gate = sim.config.vc_queue
+        self.tenant_queued: dict[str, int] = {}
+        self.held: dict[str, deque[int]] = {}
+        self.held_n = 0
+        self.held_jobs = 0
+        self.held_s = 0.0
 
     # -- time -----------------------------------------------------------------------------------
     def advance(self, t: float) -> None:
@@ -220,7 +238,10 @@ class _Run:
                 continue
             self.advance(t)
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
-                self.arrive(next_arrival)
+                if self.gate is None:
+                    self.arrive(next_arrival)
+                else:
+                    self.offer(next_arrival)
                 next_arrival += 1
             while events and events[0][0] <= t:
                 _, _, idx, token = heapq.heappop(events)
@@ -231,6 +252,10 @@ class _Run:
                           and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
                 self.apply(plan)
+                # Held jobs go in as their tenants' queues shorten; a start among them can shorten it again.
+                while self.held_n and self.release_held():
+                    plan = self.decide()
+                    self.apply(plan)
                 next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
@@ -247,6 +272,9 @@ class _Run:
                 self.progress(self.clock, self.finished)
         end = self.clock if until is None else max(self.clock, until)
         self.advance(end)
+        for tenant in list(self.held):  # still held at the end (a stop at --until): submitted now, unfinished
+            while self.held[tenant]:
+                self.submit_held(tenant)
         self.close_unfinished()
         if self.progress is not None:
             self.progress(self.clock, self.finished)
@@ -258,6 +286,9 @@ class _Run:
                                                                      for r in self.records) / 3600
         if self.sim.config.smoke_test_s > 0:
             result.mode_metrics.update(self.smoke.metrics())
+        if self.gate is not None:
+            result.mode_metrics.update({"vc_queue": self.gate, "jobs_held_by_users": self.held_jobs,
+                                        "avg_user_hold_s": self.held_s / len(self.jobs) if self.jobs else 0.0})
         return result
 
     def quiet_until(self, plan: Plan) -> float:
@@ -297,8 +328,43 @@ class _Run:
         check_transition(live.view.job_id, live.record.status, new)
         live.record.status = new
 
-    def arrive(self, idx: int) -> None:
+    # -- closed-loop users ----------------------------------------------------------------------
+    def offer(self, idx: int) -> None:
+        """A job's user means to submit it now: it goes in unless its tenant has `vc_queue` jobs queued, or
+        earlier jobs of the tenant are still held (those go first)."""
+        tenant = self.jobs[idx].tenant
+        held = self.held.get(tenant)
+        if held or self.tenant_queued.get(tenant, 0) >= (self.gate or 0):
+            if held is None:
+                held = self.held[tenant] = deque()
+            held.append(idx)
+            self.held_n += 1
+            return
+        self.arrive(idx)
+
+    def release_held(self) -> bool:
+        """Submit held jobs, in order, while their tenant has fewer than `vc_queue` queued; whether any went in."""
+        gate = self.gate or 0
+        released = False
+        for tenant, held in self.held.items():
+            while held and self.tenant_queued.get(tenant, 0) < gate:
+                self.submit_held(tenant)
+                released = True
+        return released
+
+    def submit_held(self, tenant: str) -> None:
+        idx = self.held[tenant].popleft()
+        self.held_n -= 1
         spec = self.jobs[idx]
+        if self.clock > spec.submit_time_s:  # held back, not only behind jobs meant for the same instant
+            self.held_jobs += 1
+            self.held_s += self.clock - spec.submit_time_s
+            spec = replace(spec, submit_time_s=self.clock)
+        self.arrive(idx, spec)
+
+    def arrive(self, idx: int, spec: JobSpec | None = None) -> None:
+        if spec is None:
+            spec = self.jobs[idx]
         record = JobRecord(spec)
         self.records.append(record)
         submit = spec.submit_time_s
@@ -314,11 +380,17 @@ class _Run:
         self.queued[live.view.job_id] = live
         self.queued_views[live.view.job_id] = live.view
         self.session.add(live.view)
+        if self.gate is not None:
+            tenant = live.record.spec.tenant
+            self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def dequeue(self, job_id: str) -> _Live:
         del self.queued_views[job_id]
         self.session.remove(job_id)
-        return self.queued.pop(job_id)
+        live = self.queued.pop(job_id)
+        if self.gate is not None:
+            self.tenant_queued[live.record.spec.tenant] -= 1
+        return live
 
     def decide(self) -> Plan:
         self.decisions += 1
