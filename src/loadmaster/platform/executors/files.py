@@ -53,13 +53,16 @@ class AttemptFiles:
         self.report_dir.mkdir(parents=True, exist_ok=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename: readers see the old state or the whole new file."""
+def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write via a temporary file and rename: readers see the old state or the whole new file. durable=False
+    leaves out the fsync, for a file whose meaning ends with the machine's boot anyway (a shim's pid file names
+    processes by pid and boot id: after a crash of the machine, what fsync guards against, it names nothing)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -36,6 +36,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -175,7 +176,9 @@ def _watch(watched: tuple[tuple[int, str], ...], pgid: int, log_path: str, exit_
     _signal_all(pgid, signal.SIGKILL)
 
 
-def run(request: ShimRequest) -> int:
+def run(request: ShimRequest, started: Callable[[], None] | None = None) -> int:
+    """Supervise the request's learner to its end. `started` is called once the pid file is written (the
+    supervisor's forked shim says so on its status pipe, so its executor waits on that, not on the file)."""
     become_subreaper()
     forwarder = _Forwarder()
     signal.signal(signal.SIGTERM, forwarder)
@@ -201,7 +204,9 @@ def run(request: ShimRequest) -> int:
     write_atomic(Path(request.pid), json.dumps({
         "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
         "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
-    }) + "\n")
+    }) + "\n", durable=False)
+    if started is not None:
+        started()
     _wait_for_leader(child.pid)
     _clean_up(child.pid)
     code = child.wait()
