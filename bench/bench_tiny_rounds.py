@@ -37,12 +37,12 @@ from common import print_table, write_results
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.control import ControlLoop
-from loadmaster.platform.executors.local import LocalExecutor
-from loadmaster.platform.manifest import parse_manifest
-from loadmaster.platform.store.jobs import add_job
 from loadmaster.platform.executors.base import AttemptSpec
+from loadmaster.platform.executors.local import LocalExecutor
 from loadmaster.platform.layout import JobDirs
+from loadmaster.platform.manifest import parse_manifest
 from loadmaster.platform.store.db import Store
+from loadmaster.platform.store.jobs import add_job
 from loadmaster.platform.store.models import Job
 from loadmaster.scheduling import make_placer, make_policy
 
@@ -157,7 +157,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="lm-bench-tiny-") as tmp:
         row = run(args, Path(tmp))
     print_table([row], list(row))
-    stem = ("tiny_rounds" if not args.db else f"tiny_rounds_{row['store']}") + ("_local" if args.executor == "local" else "")
+    stem = "tiny_rounds" if not args.db else f"tiny_rounds_{row['store']}"
+    stem += "_local" if args.executor == "local" else ""
     print(f"wrote {write_results(stem, [row])}")
 
 
