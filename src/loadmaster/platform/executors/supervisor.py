@@ -21,6 +21,7 @@ session of its own, so a kill of the server's process group leaves it, and its s
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -69,6 +70,9 @@ def _child(sock: socket.socket, text: bytes, log_fd: int, status_fd: int) -> int
 
 def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, _reap)
+    # Everything imported so far is kept out of the collector's reach: a collection in a forked shim would
+    # otherwise touch every object's header and copy most of the interpreter's pages on write.
+    gc.freeze()
     while True:
         text, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2, socket.MSG_CMSG_CLOEXEC)
         if not text:
