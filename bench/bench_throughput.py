@@ -33,7 +33,7 @@ import httpx
 from bench_api import Tally
 from bench_api import _lean_client as lean_client
 from common import print_table, write_results
-from platform_server import ADMIN, Server, cpu_s, run_queue_cli
+from platform_server import ADMIN, Server, cpu_s, fresh_database, run_queue_cli
 
 MANIFEST = {"name": "tiny", "command": ["true"], "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
 _COMPLETED = re.compile(r'^loadmaster_jobs\{status="(COMPLETED|FAILED)",tenant="[^"]*"\} (\S+)', re.M)
@@ -202,8 +202,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--server-log", help="write the server's output (its round log lines) to this file")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp:
-        row = run(args, Path(tmp))
+    # PostgreSQL: a fresh database beside the one named (a reused one holds an earlier run's tenant, which makes
+    # the run fail, or its unfinished jobs, which the server would start beside the tiny ones).
+    with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp, fresh_database(args.db) as fresh:
+        row = run(argparse.Namespace(**{**vars(args), "db": fresh}), Path(tmp))
     stem = "throughput" if not args.db else f"throughput_{row['store']}"
     print(f"wrote {write_results(stem, [row])}")
 
