@@ -33,7 +33,7 @@ import httpx
 from bench_api import Tally
 from bench_api import _lean_client as lean_client
 from common import print_table, write_results
-from platform_server import ADMIN, Server, cpu_s, run_queue_cli
+from platform_server import ADMIN, Server, cpu_s, fresh_database, run_queue_cli
 
 MANIFEST = {"name": "tiny", "command": ["true"], "resources": {"gpus": 1, "cpus": 0.1, "memory_gb": 0.1}}
 _COMPLETED = re.compile(r'^loadmaster_jobs\{status="(COMPLETED|FAILED)",tenant="[^"]*"\} (\S+)', re.M)
@@ -90,6 +90,37 @@ def tree_cpu_s(server: Server) -> float:
     return _stat_cpu_s(pid) + sum(_stat_cpu_s(k) for k in kids)
 
 
+def _stat_own_s(pid: int) -> tuple[float, float]:
+    """A process's own CPU seconds (utime + stime) and what it has collected of its children (cutime + cstime)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except (FileNotFoundError, ProcessLookupError):
+        return 0.0, 0.0
+    tick = os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / tick, (int(fields[13]) + int(fields[14])) / tick
+
+
+def tree_parts_s(server: Server) -> dict[str, float]:
+    """tree_cpu_s() by part: the server's own threads, and each child by what it runs (the shim supervisor's
+    collected children are its shims with their learners)."""
+    pid = server.proc.pid
+    parts: dict[str, float] = {}
+    own, collected = _stat_own_s(pid)
+    parts["server"] = own
+    parts["server_collected"] = collected  # children the server itself waited for (shims it started itself)
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(FileNotFoundError):
+            for kid in (int(k) for k in (task / "children").read_text().split()):
+                with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                    cmd = Path(f"/proc/{kid}/cmdline").read_bytes().split(b"\0")
+                    name = "supervisor" if b"loadmaster.platform.executors.supervisor" in cmd else \
+                        "estimator" if any(b"multiprocessing" in c for c in cmd) else "other"
+                    own, collected = _stat_own_s(kid)
+                    parts[name] = parts.get(name, 0.0) + own
+                    parts[name + "_collected"] = parts.get(name + "_collected", 0.0) + collected
+    return parts
+
+
 def queue_cli(server: Server, token: str, *args: str) -> float:
     return run_queue_cli(server, token, *args)[0]
 
@@ -100,6 +131,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         token = server.tenant("bench", gpus=8, borrow=0)
         server_cpu = server.cpu_s()
         tree_cpu = tree_cpu_s(server)
+        parts = tree_parts_s(server)
         load = os.getloadavg()[0]
         client_cpu = cpu_s(os.getpid())
         first = time.perf_counter()
@@ -132,6 +164,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         after_burst = (done - ended_at_submitted) / (all_s - submit_s) if all_s > submit_s else 0.0
         server_cpu = server.cpu_s() - server_cpu
         tree_cpu = tree_cpu_s(server) - tree_cpu
+        parts = {k: v - parts.get(k, 0.0) for k, v in tree_parts_s(server).items()}
     finally:
         code = server.stop()
         if args.server_log:  # its round lines ("loadmaster.rounds"): what each round did and how long it took
@@ -146,13 +179,16 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
            "ended_per_s_during_burst": ended_at_submitted / submit_s, "ended_per_s_after_burst": after_burst,
            "queue_api_s": api_s, "queue_cli_s": cli_s, "queue_cli_all_s": cli_all_s, "queued_at_queue": queued_then,
            "server_cpu_ms_per_job": 1000 * server_cpu / max(1, done),
-           "tree_cpu_ms_per_job": 1000 * tree_cpu / max(1, done), "load_before": load, "server_exit": code,
+           "tree_cpu_ms_per_job": 1000 * tree_cpu / max(1, done),
+           "tree_ms_per_job_by_part": {k: round(1000 * v / max(1, done), 2) for k, v in parts.items()},
+           "load_before": load, "server_exit": code,
            "error_sample": errors[:3], "timeline": [(round(t, 2), n) for t, n in samples]}
     print_table([row], ["store", "jobs", "client", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
                         "ended_per_s_overall", "ended_per_s_steady", "ended_per_s_during_burst",
                         "ended_per_s_after_burst", "queue_api_s", "queue_cli_s", "queue_cli_all_s",
                         "server_cpu_ms_per_job", "tree_cpu_ms_per_job", "client_cpu_ms_per_submission",
                         "load_before"])
+    print("tree CPU ms per job by part:", row["tree_ms_per_job_by_part"])
     return row
 
 
@@ -166,8 +202,10 @@ def main() -> None:
     parser.add_argument("--timeout", type=float, default=1800.0)
     parser.add_argument("--server-log", help="write the server's output (its round log lines) to this file")
     args = parser.parse_args()
-    with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp:
-        row = run(args, Path(tmp))
+    # PostgreSQL: a fresh database beside the one named (a reused one holds an earlier run's tenant, which makes
+    # the run fail, or its unfinished jobs, which the server would start beside the tiny ones).
+    with tempfile.TemporaryDirectory(prefix="lm-bench-throughput-") as tmp, fresh_database(args.db) as fresh:
+        row = run(argparse.Namespace(**{**vars(args), "db": fresh}), Path(tmp))
     stem = "throughput" if not args.db else f"throughput_{row['store']}"
     print(f"wrote {write_results(stem, [row])}")
 

@@ -34,6 +34,11 @@ def test_a_gang_runs_to_completion_with_its_history_and_progress(env: Env) -> No
     assert done.allocation is None and done.finished_at is not None and done.first_started_at is not None
     assert done.attained_gpu_s > 0
     assert (env.dirs.results(job) / "out.txt").read_text() == "0 12 1"
+    # What a job without a data source leaves: no data directory, and no lock file beside each log (the shim's
+    # lock is its log).
+    assert not env.dirs.data(job).exists()
+    assert sorted(p.name for p in env.dirs.logs(job, 1).iterdir()) == [
+        f"rank-{r}.{kind}" for r in (0, 1) for kind in ("exit", "log", "pid")]
 
 
 def test_learned_progress_feeds_the_expected_duration(lite: Env) -> None:

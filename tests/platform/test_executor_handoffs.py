@@ -171,3 +171,26 @@ def test_a_learner_that_exits_wakes_the_loop(tmp_path: Path) -> None:
     assert woke.wait(10)
     wait_for_end(ex)
     ex.close()
+
+
+def test_a_rank_lock_held_by_a_shim_of_an_earlier_version_still_counts(tmp_path: Path) -> None:
+    """Shims lock their log now; one started before an upgrade holds rank-R.lock, a file of its own: a restarted
+    server must see that rank as busy (not fence it) until that lock is free too."""
+    from loadmaster.platform.executors.local import _lock_held
+
+    files = AttemptFiles(tmp_path / "logs", tmp_path / "reports")
+    files.make_dirs()
+    assert files.lock(0) == files.log(0)
+    assert not _lock_held(files, 0)
+    holder = subprocess.Popen([sys.executable, "-c", "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_CREAT | "
+                               "os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX); print('locked', flush=True); "
+                               "sys.stdin.read()", str(files.legacy_lock(0))],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "locked"
+        assert _lock_held(files, 0)
+    finally:
+        assert holder.stdin is not None
+        holder.stdin.close()
+        holder.wait(timeout=30)
+    assert not _lock_held(files, 0)

@@ -245,12 +245,15 @@ def _own(path: Path, mode: int, run_as: RunAs | None) -> None:
     os.chmod(path, mode)
 
 
-def prepare_job_dirs(dirs: JobDirs, job_id: str, t: JobTenancy) -> None:
+def prepare_job_dirs(dirs: JobDirs, job_id: str, t: JobTenancy, *, data: bool = True) -> None:
     """The job's directories, before its data is staged or its learners start: the job directory the
     server's (learners may pass through it, not list or change it), the learner's own ones and the tenant's
-    area its OS user's, 0700."""
+    area its OS user's, 0700. data=False: a job without a data source gets no data directory (its learners
+    are not told of one, nor is one bound into their sandbox): an inode fewer per job."""
     for shared in (dirs.root / "jobs", dirs.root / "tenants"):
         _own(shared, 0o711, None)
     _own(dirs.job(job_id), 0o711 if t.run_as is not None else 0o700, None)
-    for own in (dirs.work(job_id), dirs.checkpoints(job_id), dirs.results(job_id), dirs.data(job_id), t.area.home):
+    for own in (dirs.work(job_id), dirs.checkpoints(job_id), dirs.results(job_id), t.area.home):
         _own(own, 0o700, t.run_as)
+    if data:
+        _own(dirs.data(job_id), 0o700, t.run_as)

@@ -204,7 +204,8 @@ def _drop(ctx: Context, job_id: str) -> None:
 def launch(ctx: Context, run: RunState) -> None:
     """Hand the gang of an attempt whose allocation is stored to the executor (in a launch thread)."""
     run.phase = Phase.LAUNCHING
-    ctx.launcher.launch(run.spec, partial(prepare_job_dirs, ctx.dirs, run.job_id, ctx.tenancy(run.job_id)))
+    ctx.launcher.launch(run.spec, partial(prepare_job_dirs, ctx.dirs, run.job_id, ctx.tenancy(run.job_id),
+                                          data=run.spec.data_dir is not None))
 
 
 def launched(b: Batch, ctx: Context, run: RunState, handle: dict[str, object]) -> bool:

@@ -1,11 +1,12 @@
 """Where an attempt's per-learner files live, and how they are written so that a reader never sees half.
 
-The layout is base.py's contract (log_dir/rank-{r}.log, .exit, report_dir/rank-{r}.jsonl) plus files
-of the executor's own in log_dir: rank-{r}.pid (the shim's record of the processes it runs, JSON),
-`preempt` (the stop request a learner polls; JSON saying why and when SIGKILL follows), rank-{r}.lock (held
-by the shim for its whole life) and `fence` (written when a restarted server finds a rank that never
-started: a shim that comes up after it refuses to run, so a launch cut short by a crash never runs late,
-beside its retry). Remote executors use the same layout in a scratch directory on the learner's machine.
+The layout is base.py's contract (log_dir/rank-{r}.log, .exit, report_dir/rank-{r}.jsonl) plus files of the
+executor's own in log_dir: rank-{r}.pid (the shim's record of the processes it runs, JSON), `preempt` (the
+stop request a learner polls; JSON saying why and when SIGKILL follows), the lock the shim holds for its whole
+life (flock on its rank-{r}.log; rank-{r}.lock, a file of its own, before) and `fence` (written when a
+restarted server finds a rank that never started: a shim that comes up after it refuses to run, so a launch
+cut short by a crash never runs late, beside its retry). Remote executors use the same layout in a scratch
+directory on the learner's machine.
 """
 
 from __future__ import annotations
@@ -38,6 +39,12 @@ class AttemptFiles:
         return self.report_dir / f"rank-{rank}.jsonl"
 
     def lock(self, rank: int) -> Path:
+        """The file a rank's shim holds locked (flock) for its whole life: its log, which exists from before
+        the shim starts (a lock file of its own was one more inode per learner)."""
+        return self.log_dir / f"rank-{rank}.log"
+
+    def legacy_lock(self, rank: int) -> Path:
+        """Where shims of earlier versions held their lock (still honoured: one may run across an upgrade)."""
         return self.log_dir / f"rank-{rank}.lock"
 
     @property
@@ -53,13 +60,16 @@ class AttemptFiles:
         self.report_dir.mkdir(parents=True, exist_ok=True)
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Write via a temporary file and rename: readers see the old state or the whole new file."""
+def write_atomic(path: Path, text: str, *, durable: bool = True) -> None:
+    """Write via a temporary file and rename: readers see the old state or the whole new file. durable=False
+    leaves out the fsync, for a file whose meaning ends with the machine's boot anyway (a shim's pid file names
+    processes by pid and boot id: after a crash of the machine, what fsync guards against, it names nothing)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     with open(tmp, "w") as f:
         f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
+        if durable:
+            f.flush()
+            os.fsync(f.fileno())
     os.replace(tmp, path)
 
 

@@ -22,6 +22,7 @@ import time
 
 from loadmaster.platform.executors.shim import ShimRequest
 from loadmaster.platform.executors.spawn import PACKAGE_PARENT, shim_needs
+from loadmaster.platform.executors.supervisor import STARTED
 
 UNKNOWN_EXIT = -signal.SIGKILL  # a shim that exited without telling its code was killed
 
@@ -67,8 +68,18 @@ class ForkedShim:
             self._buffer += data
             return
         os.close(self._fd)
-        said = self._buffer.split()  # what followed the pid: the shim's code, if it lived to write it
-        self.returncode = int(said[0]) if said else UNKNOWN_EXIT
+        # What followed the pid: STARTED once its learner ran, then the shim's code, if it lived to write it.
+        said = [word for word in self._buffer.split() if word != STARTED]
+        self.returncode = int(said[-1]) if said else UNKNOWN_EXIT
+
+    def wait_started(self, deadline: float) -> None:
+        """Block until the shim says its learner runs (its pid file is written), it has exited, or the
+        monotonic `deadline` passed: one wait on the status pipe instead of polls of the pid file."""
+        while self.returncode is None and STARTED not in self._buffer:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                return
+            self._read(left)
 
     def __del__(self) -> None:
         if self.returncode is None:

@@ -392,22 +392,29 @@ def _handle_records(files: AttemptFiles, given: Mapping[int, ShimRecord]) -> dic
 @contextlib.contextmanager
 def _ranks_locked(files: AttemptFiles, ranks: list[int]) -> Iterator[list[int]]:
     """Lock the ranks whose shim does not hold its lock; yields those (a live shim holds its own)."""
-    held: list[tuple[int, int]] = []
+    held: list[tuple[int, list[int]]] = []
     try:
         for rank in ranks:
-            fd = os.open(files.lock(rank), os.O_CREAT | os.O_RDWR, 0o600)
+            fds: list[int] = []
+            paths = [files.lock(rank)]
+            if files.legacy_lock(rank).exists():  # a shim of an earlier version may hold this one
+                paths.append(files.legacy_lock(rank))
             try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                for path in paths:
+                    fds.append(os.open(path, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600))
+                    fcntl.flock(fds[-1], fcntl.LOCK_EX | fcntl.LOCK_NB)
             except OSError as err:
-                os.close(fd)
+                for fd in fds:
+                    os.close(fd)
                 if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
                     raise
                 continue
-            held.append((rank, fd))
+            held.append((rank, fds))
         yield [rank for rank, _ in held]
     finally:
-        for _, fd in held:
-            os.close(fd)  # closing releases the lock
+        for _, fds in held:
+            for fd in fds:
+                os.close(fd)  # closing releases the lock
 
 
 def _lock_held(files: AttemptFiles, rank: int) -> bool:

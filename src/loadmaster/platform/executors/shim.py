@@ -15,9 +15,10 @@ server (or of a Ray actor) and still records how its learner ended. The shim:
 - when the command exits, kills what is left of its tree (a background process of a shell script or a
   worker of a launcher holding a GPU), then writes the exit file: the code, negative for a signal
   (subprocess' convention);
-- with "lock" and "fence" in the request, holds the lock file (flock) for its whole life and runs nothing
-  if the fence file exists once it holds it: a restarted server that found no trace of this rank fenced
-  the attempt (executors/files.py), and a shim that comes up late must not run it beside its retry;
+- with "lock" and "fence" in the request, holds the lock file (flock; the local executor's is the log) for its
+  whole life and runs nothing if the fence file exists once it holds it: a restarted server that found no
+  trace of this rank fenced the attempt (executors/files.py), and a shim that comes up late must not run it
+  beside its retry;
 - with "watch" (processes named by pid and start token: a Ray host actor and its raylet), stops its
   learner once any of them is gone: on a Ray node, the node's raylet is what makes the learner reachable
   and accounted for, so a learner must not outlive it (SIGTERM, SIGKILL WATCH_GRACE_S later).
@@ -36,6 +37,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from types import FrameType
@@ -88,7 +90,8 @@ def _hold_lock(request: ShimRequest) -> bool:
     """Take the rank's lock for the shim's life; False if the attempt is fenced (nothing may run)."""
     if request.lock is None:
         return True
-    fd = os.open(request.lock, os.O_CREAT | os.O_RDWR, 0o600)  # kept open (not inherited) until exit
+    # Kept open (not inherited) until exit. Write-only, appending: the lock is usually the learner's log.
+    fd = os.open(request.lock, os.O_CREAT | os.O_WRONLY | os.O_APPEND, 0o600)
     fcntl.flock(fd, fcntl.LOCK_EX)
     return request.fence is None or not os.path.exists(request.fence)
 
@@ -175,7 +178,9 @@ def _watch(watched: tuple[tuple[int, str], ...], pgid: int, log_path: str, exit_
     _signal_all(pgid, signal.SIGKILL)
 
 
-def run(request: ShimRequest) -> int:
+def run(request: ShimRequest, started: Callable[[], None] | None = None) -> int:
+    """Supervise the request's learner to its end. `started` is called once the pid file is written (the
+    supervisor's forked shim says so on its status pipe, so its executor waits on that, not on the file)."""
     become_subreaper()
     forwarder = _Forwarder()
     signal.signal(signal.SIGTERM, forwarder)
@@ -201,7 +206,9 @@ def run(request: ShimRequest) -> int:
     write_atomic(Path(request.pid), json.dumps({
         "shim_pid": os.getpid(), "shim_start": start_token(os.getpid()),
         "pid": child.pid, "start": start_token(child.pid), "boot_id": boot_id(),
-    }) + "\n")
+    }) + "\n", durable=False)
+    if started is not None:
+        started()
     _wait_for_leader(child.pid)
     _clean_up(child.pid)
     code = child.wait()

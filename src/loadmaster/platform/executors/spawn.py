@@ -113,6 +113,9 @@ def spawn_shim(request: ShimRequest) -> subprocess.Popen[bytes]:
 def await_started(popen: ShimProcess, request: ShimRequest, deadline: float) -> ShimRecord | str:
     """The shim's record once its learner runs, or why it did not start (a message for LaunchError)."""
     pid_file = Path(request.pid)
+    wait_started = getattr(popen, "wait_started", None)
+    if wait_started is not None:  # a forked shim says on its status pipe when its pid file is written
+        wait_started(deadline)
     delay = 0.005
     while True:
         record = ShimRecord.from_dict(read_json(pid_file))

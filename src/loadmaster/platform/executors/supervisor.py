@@ -8,8 +8,9 @@ the sandbox, the watch list) and outlives both the server and the supervisor.
 
 Its standard input is one end of a SOCK_SEQPACKET socket pair from the executor (forked.py). Each message
 is a ShimRequest (JSON) with two descriptors: the learner's log (the shim's stderr) and the write end of
-a status pipe, on which the child writes its pid first, then its return code just before it exits; the
-executor reads the end of that pipe as the shim's exit, as it would wait for a child of its own. A child
+a status pipe, on which the child writes its pid first, then STARTED once the learner runs and its pid file
+is written, then its return code just before it exits; the executor waits on that pipe for the start (no
+polling of the pid file) and reads its end as the shim's exit, as it would wait for a child of its own. A child
 that cannot write its pid (the executor gave up on this launch and closed the pipe) runs nothing.
 
 Once the executor is gone (the socket reads empty: the server closed it or died), the supervisor takes no
@@ -20,6 +21,7 @@ session of its own, so a kill of the server's process group leaves it, and its s
 from __future__ import annotations
 
 import contextlib
+import gc
 import os
 import signal
 import socket
@@ -31,6 +33,7 @@ from loadmaster.platform.executors import shim
 
 MAX_MESSAGE = 1 << 20  # a request is a few kilobytes (the learner's environment); the executor falls back above
 NOT_RUN = 125  # the child's code when its launch was given up before it began
+STARTED = b"started"  # on the status pipe once the learner runs (its pid file written)
 
 
 def _reap(signum: int, frame: FrameType | None) -> None:
@@ -54,7 +57,12 @@ def _child(sock: socket.socket, text: bytes, log_fd: int, status_fd: int) -> int
         os.write(status_fd, f"{os.getpid()}\n".encode())
     except OSError:
         return NOT_RUN
-    code = shim.run(shim.ShimRequest.from_json(text.decode()))
+
+    def started() -> None:
+        with contextlib.suppress(OSError):
+            os.write(status_fd, STARTED + b"\n")
+
+    code = shim.run(shim.ShimRequest.from_json(text.decode()), started)
     with contextlib.suppress(OSError):
         os.write(status_fd, f"{code}\n".encode())
     return code
@@ -62,6 +70,9 @@ def _child(sock: socket.socket, text: bytes, log_fd: int, status_fd: int) -> int
 
 def serve(sock: socket.socket) -> None:
     signal.signal(signal.SIGCHLD, _reap)
+    # Everything imported so far is kept out of the collector's reach: a collection in a forked shim would
+    # otherwise touch every object's header and copy most of the interpreter's pages on write.
+    gc.freeze()
     while True:
         text, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 2, socket.MSG_CMSG_CLOEXEC)
         if not text:
