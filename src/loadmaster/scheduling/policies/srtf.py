@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
 
@@ -205,6 +206,35 @@ class SrtfPolicy(KeyedPolicy):
         lost = np.remainder(work, ckpt) if ckpt > 0 else work
         gains: npt.NDArray[np.float64] = np.maximum(0.0, r.duration - work) - lost - self.restart_overhead_s
         return gains
+
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """Until a running job saves a checkpoint that may let a class's first job displace it where it could
+        not at `snap`. Between its checkpoints a running job's displaceable() only falls (its remaining work
+        falls, its work since the last checkpoint grows); a checkpoint drops the work at stake to 0 and the
+        gain jumps to at most its remaining work then less the restart, and each later one to less. A queued
+        job's remaining work stays put, so until such a checkpoint each head (and each later job of its class,
+        with at least its remaining work) may displace a subset of the jobs it could displace at `snap`, and
+        a displacement that failed then fails again."""
+        ckpt = self.checkpoint_interval_s
+        if ckpt <= 0 or not snap.running:
+            return math.inf  # all the work is at stake: a gain only ever falls
+        clock = snap.clock
+        wants = sorted(h.remaining_at(clock) for h in heads)
+        gains = self._by_snapshot(snap).gains.tolist()
+        restart = self.restart_overhead_s
+        until = math.inf
+        for job, gain in zip(snap.running, gains, strict=True):
+            rate = job.rate
+            if rate <= 0:
+                continue  # no progress: its gain stays put
+            work = job.work_at(clock)
+            saved = (math.floor(work / ckpt) + 1) * ckpt  # the work at its next checkpoint
+            most = max(0.0, job.spec.duration_s - saved) - restart  # its gain just after it (the most from then on)
+            i = bisect_left(wants, gain)  # the heads that cannot displace it now: remaining work >= gain
+            if i < len(wants) and wants[i] < most + 1e-6:  # one of them could after the checkpoint
+                until = min(until, max(clock, job.as_of) + (saved - work) / rate)
+        # A millisecond early: rounding in work_at() must not reach the checkpoint before this says.
+        return until - 1e-3
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # Jobs are ranked by rising remaining work, and a job may displace those whose gain exceeds its own
