@@ -86,6 +86,7 @@ class Session:
         # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
         # (Policy.answers_hold_until); None when there is no such promise.
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
+        self._quiet_tenants: frozenset[str] = frozenset()  # the queued tenants then (answers_follow_tenants)
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
 
     # -- what the shell tells it -------------------------------------------------------------------------
@@ -422,6 +423,7 @@ class _Walk:
             if until > snap.clock:
                 # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
                 session._quiet = (snap.running, snap.cluster, snap.tenants, _free_totals(snap), until)
+                session._quiet_tenants = frozenset(session._tenants)
         return rnd.plan(self.rejects, waits)
 
     def run_quiet(self) -> Plan | None:
@@ -447,6 +449,8 @@ class _Walk:
         pending = session._pending
         if any(before is not None for before in pending.values()):
             return None  # a job given a reason before (requeued): not new
+        if session.policy.answers_follow_tenants and not session._quiet_tenants.issuperset(session._tenants):
+            return None  # a tenant joined the queue
         new_ids = list(pending)
         rnd = self.rnd
         for job_id in new_ids:
@@ -459,6 +463,7 @@ class _Walk:
                 return None
             if cls.views[0].job_id == job_id:  # a reject's class is its own
                 heads.append((self._class_order(cls), cls.keys[0], cls.ident, cls))
+        visited: list[JobView] = []
         for _, _, _, cls in sorted(heads):
             view = cls.views[0]
             if cls.solo == "reject":
@@ -471,6 +476,13 @@ class _Walk:
             if isinstance(result, Allocation):
                 return None
             self.found[cls] = [(LOWEST, result)]
+            visited.append(view)
+        if len(self.rejects) > 1 and type(session.policy).walk_order is not Policy.walk_order:
+            return None  # the policy's own order may reject them in another order than this one's
+        if visited:
+            # The answers given now hold from now on, for as long as the policy says they do.
+            until = min(until, session.policy.answers_hold_until(snap, visited))
+            session._quiet = (running, cluster, tenants, free, until)
         waits = self._changes(None, new_ids, keep=True)
         return rnd.plan(self.rejects, waits)
 

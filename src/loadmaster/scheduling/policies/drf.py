@@ -565,6 +565,14 @@ class DrfPolicy(Policy):
         victims = [v for t in gate.running_tenants if gate.above_entitlement(t) for v in by_tenant.get(t, ())]
         return next_window_s(victims, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
 
+    answers_follow_tenants = True  # a tenant joining the queue changes every entitlement
+
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """next_change_s(): with the same running jobs (usage, shares) and queued tenants (entitlements), a
+        displacement that failed fails again until a window opens on a job of a tenant above its entitlement
+        (a closing one only takes victims away); nobody's answer changes otherwise."""
+        return self.next_change_s(snap, heads)
+
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
         under `las` (see las.py): fairness is restored within a checkpoint interval at almost no lost work."""
