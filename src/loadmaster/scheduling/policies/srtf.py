@@ -219,22 +219,26 @@ class SrtfPolicy(KeyedPolicy):
         if ckpt <= 0 or not snap.running:
             return math.inf  # all the work is at stake: a gain only ever falls
         clock = snap.clock
-        wants = sorted(h.remaining_at(clock) for h in heads)
-        gains = self._by_snapshot(snap).gains.tolist()
-        restart = self.restart_overhead_s
-        until = math.inf
-        for job, gain in zip(snap.running, gains, strict=True):
-            rate = job.rate
-            if rate <= 0:
-                continue  # no progress: its gain stays put
-            work = job.work_at(clock)
-            saved = (math.floor(work / ckpt) + 1) * ckpt  # the work at its next checkpoint
-            most = max(0.0, job.spec.duration_s - saved) - restart  # its gain just after it (the most from then on)
-            i = bisect_left(wants, gain)  # the heads that cannot displace it now: remaining work >= gain
-            if i < len(wants) and wants[i] < most + 1e-6:  # one of them could after the checkpoint
-                until = min(until, max(clock, job.as_of) + (saved - work) / rate)
-        # A millisecond early: rounding in work_at() must not reach the checkpoint before this says.
-        return until - 1e-3
+        wants = np.sort(np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads)))
+        if not wants.size:
+            return math.inf
+        memo = self._by_snapshot(snap)  # the gains the walk used, and the running jobs' arrays
+        r = self._running
+        assert r is not None and r.jobs is memo.jobs
+        # Every running job at once (work_at()'s operations, in its order).
+        work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
+        saved = (np.floor(work / ckpt) + 1.0) * ckpt  # the work at each one's next checkpoint
+        most = np.maximum(0.0, r.duration - saved) - self.restart_overhead_s  # its gain just after it
+        # The first head that cannot displace it now (remaining work >= its gain): could it after the checkpoint?
+        i = np.searchsorted(wants, memo.gains, side="left")
+        first = wants[np.minimum(i, wants.size - 1)]
+        moving = r.rate > 0  # a job making no progress keeps its gain
+        risky = moving & (i < wants.size) & (first < most + 1e-6)
+        if not risky.any():
+            return math.inf
+        at = np.maximum(clock, r.as_of[risky]) + (saved[risky] - work[risky]) / r.rate[risky]
+        # A millisecond early: rounding must not reach the checkpoint before this says.
+        return float(at.min()) - 1e-3
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # Jobs are ranked by rising remaining work, and a job may displace those whose gain exceeds its own
