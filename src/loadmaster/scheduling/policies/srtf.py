@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import itertools
 import math
-from bisect import bisect_left
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
 
