@@ -86,7 +86,6 @@ class Session:
         # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
         # (Policy.answers_hold_until); None when there is no such promise.
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
-        self._quiet_tenants: frozenset[str] = frozenset()  # the queued tenants then (answers_follow_tenants)
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
 
     # -- what the shell tells it -------------------------------------------------------------------------
@@ -423,7 +422,6 @@ class _Walk:
             if until > snap.clock:
                 # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
                 session._quiet = (snap.running, snap.cluster, snap.tenants, _free_totals(snap), until)
-                session._quiet_tenants = frozenset(session._tenants)
         return rnd.plan(self.rejects, waits)
 
     def run_quiet(self) -> Plan | None:
@@ -449,8 +447,6 @@ class _Walk:
         pending = session._pending
         if any(before is not None for before in pending.values()):
             return None  # a job given a reason before (requeued): not new
-        if session.policy.answers_follow_tenants and not session._quiet_tenants.issuperset(session._tenants):
-            return None  # a tenant joined the queue
         new_ids = list(pending)
         rnd = self.rnd
         for job_id in new_ids:

@@ -65,9 +65,6 @@ class Policy(ABC):
 
     name: ClassVar[str]
     preemptive: ClassVar[bool] = False
-    # True if answers_hold_until()'s promise needs the queue to grow only with jobs of tenants that have
-    # queued jobs already (DRF: a new tenant changes every tenant's entitlement).
-    answers_follow_tenants: ClassVar[bool] = False
     round_s: float | None = None
 
     @abstractmethod

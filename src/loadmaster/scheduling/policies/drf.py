@@ -516,7 +516,6 @@ class DrfPolicy(Policy):
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
-        self._next_change: tuple[Snapshot, tuple[JobView, ...], float] | None = None  # next_change_s()'s last
 
     def gate(self, snap: Snapshot) -> DrfGate:
         totals = self._totals
@@ -553,18 +552,6 @@ class DrfPolicy(Policy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
         one; else displaceable jobs are added only when a running job completes a checkpoint."""
-        # Asked twice for one snapshot and the same heads (answers_hold_until() after a decision that changed
-        # nothing, then the shell): the answer depends on nothing else.
-        memo = self._next_change
-        if (memo is not None and memo[0] is snap and len(memo[1]) == len(heads)
-                and all(a is b for a, b in zip(memo[1], heads, strict=True))):
-            self._current = None
-            return memo[2]
-        at = self._next_change_s(snap, heads)
-        self._next_change = (snap, tuple(heads), at)
-        return at
-
-    def _next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         # The gate of the decision just made on this snapshot, if it booked nothing (a plan that changed
         # nothing: the shell's usual reason to ask), is the gate a fresh one would be, its answers cached.
         current = self._current
@@ -577,14 +564,6 @@ class DrfPolicy(Policy):
         by_tenant = snap.running_by_tenant
         victims = [v for t in gate.running_tenants if gate.above_entitlement(t) for v in by_tenant.get(t, ())]
         return next_window_s(victims, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
-
-    answers_follow_tenants = True  # a tenant joining the queue changes every entitlement
-
-    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
-        """next_change_s(): with the same running jobs (usage, shares) and queued tenants (entitlements), a
-        displacement that failed fails again until a window opens on a job of a tenant above its entitlement
-        (a closing one only takes victims away); nobody's answer changes otherwise."""
-        return self.next_change_s(snap, heads)
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
