@@ -87,6 +87,7 @@ class Session:
         # (Policy.answers_hold_until); None when there is no such promise.
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
+        self.promises = type(policy).answers_hold_until is not Policy.answers_hold_until  # ever quiet at all
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -415,7 +416,8 @@ class _Walk:
         if self.snap.running_elastic and self._only_reasons(_LETS_ELASTIC_GROW):
             rnd.grow_elastic()
         session._quiet = None
-        if (blocked is None and not (rnd.starts or rnd.preempts or rnd.resizes or rnd.migrations or self.rejects)
+        if (session.promises and blocked is None
+                and not (rnd.starts or rnd.preempts or rnd.resizes or rnd.migrations or self.rejects)
                 and not session.migrate and not self.snap.running_elastic):
             snap = self.snap
             until = session.policy.answers_hold_until(snap, session.heads())
