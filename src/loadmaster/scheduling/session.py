@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -43,7 +44,7 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.decide import _Round, decide, start_alone
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
-from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
 
@@ -81,6 +82,12 @@ class Session:
         self._ident = itertools.count()
         # Full mode: the reason each queued job was last given.
         self._reason: dict[str, WaitReason] = {}
+        # After a walk that started, displaced and rejected nothing: what its answers rest on (the running
+        # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
+        # (Policy.answers_hold_until); None when there is no such promise.
+        self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
+        self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
+        self.promises = type(policy).answers_hold_until is not Policy.answers_hold_until  # ever quiet at all
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -105,6 +112,7 @@ class Session:
         old = self._jobs.get(job_id)
         if old is not None:
             self._count_tenant(old.spec.tenant, -1)
+            self._quiet = None  # a changed view: its class's answer may change
         self._count_tenant(view.spec.tenant, 1)
         self._jobs[job_id] = view
         if self.incremental:
@@ -112,6 +120,7 @@ class Session:
 
     def remove(self, job_id: str) -> None:
         """A job left the queue (started, rejected or cancelled); unknown ids are ignored."""
+        self._quiet = None
         if self.incremental:
             self._detach(job_id)
         else:
@@ -129,6 +138,7 @@ class Session:
 
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""
+        self._quiet = None
         for job_id in list(self._entries):
             self._pending[job_id] = self._detach(job_id)
 
@@ -160,6 +170,14 @@ class Session:
         session's queued jobs (pass `session.queued`)."""
         if not self.incremental:
             return self._decide_full(snap)
+        if self._quiet is not None:
+            walk = _Walk(self, snap)
+            plan = walk.run_quiet()
+            if plan is not None:
+                self.quiet_decisions += 1
+                return plan
+            self._quiet = None
+            return _Walk(self, snap).run(walk.classified)
         if len(self._pending) == 1 and not self._entries and not self.migrate:
             plan = self._decide_alone(snap)
             if plan is not None:
@@ -312,21 +330,36 @@ class Session:
             self._pending[job_id] = self._detach(job_id)
 
 
+def _free_totals(snap: Snapshot) -> tuple[float, ...]:
+    return snap.free_gpu_total, snap.free_cpu_total, snap.free_mem_total, snap.max_free_gpus
+
+
 class _HeadsOrder:
     """The WalkOrder of a policy whose ranking is (class order, order key): a merge over the heads of the
     classes (a heap), where a class answered since the last start leaves the merge until the next start,
     then resumes at its first job ranked after the one that started."""
 
-    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key]) -> None:
+    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key],
+                 no_capacity_above: float | None = None) -> None:
+        """`no_capacity_above`: where no job can displace anyone, move anyone, be refused by a gate or hold
+        back the rest, the free GPUs: a class whose gang needs more is not handed out but settled as
+        NO_CAPACITY (every visit would answer that: the free GPUs only fall as jobs start). None: every class
+        is handed out."""
         self.class_order = class_order
         self.cursor: dict[JobClass, int] = {}
         self.heap: list[tuple[Key, Key, int, JobClass]] = []
+        self.settled: list[tuple[JobClass, WaitReason]] = []
+        above = math.inf if no_capacity_above is None else no_capacity_above + 1e-9
         for cls in classes:
+            if above < math.inf and cls.solo is None:
+                spec = cls.views[0].spec
+                if spec.learners * spec.gpus_per_learner > above:
+                    self.settled.append((cls, WaitReason.NO_CAPACITY))
+                    continue
             self.cursor[cls] = 0
             self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
         heapq.heapify(self.heap)
         self.answered_since: list[JobClass] = []  # classes answered since the last start
-        self.settled: list[tuple[JobClass, WaitReason]] = []  # never any: every class is handed out
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
         if not self.heap:
@@ -366,12 +399,15 @@ class _Walk:
         self.found: dict[JobClass, list[tuple[Key, WaitReason]]] = {}
         self.order: dict[JobClass, tuple[object, ...]] = {}
 
-    def run(self) -> Plan:
+    def run(self, classified: list[str] | None = None) -> Plan:
+        """The decision. `classified`: pending jobs run_quiet() put into their classes already."""
         session = self.session
         session._rekey_due(self.snap)
         new_ids = list(session._pending)
+        done = set(classified) if classified else ()
         for job_id in new_ids:
-            session._classify(self.rnd, job_id)
+            if job_id not in done:
+                session._classify(self.rnd, job_id)
         blocked = self._walk()
         waits = self._changes(blocked, new_ids)
         rnd = self.rnd
@@ -379,6 +415,73 @@ class _Walk:
             rnd.reauction()
         if self.snap.running_elastic and self._only_reasons(_LETS_ELASTIC_GROW):
             rnd.grow_elastic()
+        session._quiet = None
+        if (session.promises and blocked is None
+                and not (rnd.starts or rnd.preempts or rnd.resizes or rnd.migrations or self.rejects)
+                and not session.migrate and not self.snap.running_elastic):
+            snap = self.snap
+            until = session.policy.answers_hold_until(snap, session.heads())
+            if until > snap.clock:
+                # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
+                session._quiet = (snap.running, snap.cluster, snap.tenants, _free_totals(snap), until)
+        return rnd.plan(self.rejects, waits)
+
+    def run_quiet(self) -> Plan | None:
+        """The decision after a walk that changed nothing (Session._quiet), while its answers hold: the same
+        running jobs and free capacity (the shell passes the same running tuple while nobody starts, ends or
+        moves), before the policy's answers_hold_until, and only new jobs since. Every class keeps the one
+        answer that walk (or a quiet decision since) gave it: the walk would give it again, since it starts
+        nobody and each visit finds what the last one found. Only a class whose first job is new is visited,
+        in rank order, on a round of its own, as the walk would visit it (no class visited before it starts
+        anyone); a new job behind the first of its class gets that class's answer. None (nothing changed
+        in the session but the classes of the new jobs, `classified`): a new job starts, or it is one the
+        walk answers on its own (elastic), or the conditions do not hold; the caller then walks."""
+        session = self.session
+        assert session._quiet is not None
+        running, cluster, tenants, free, until = session._quiet
+        snap = self.snap
+        self.classified: list[str] = []
+        if not (snap.clock < until and snap.running is running and snap.cluster is cluster and snap.tenants is tenants
+                and _free_totals(snap) == free and not snap.running_elastic and not session.migrate):
+            return None
+        if session._until and session._until[0][0] <= snap.clock:
+            return None  # a job to re-key: its order or class may have changed with time
+        pending = session._pending
+        if any(before is not None for before in pending.values()):
+            return None  # a job given a reason before (requeued): not new
+        new_ids = list(pending)
+        rnd = self.rnd
+        for job_id in new_ids:
+            session._classify(rnd, job_id)
+            self.classified.append(job_id)
+        heads: list[tuple[Key, Key, int, JobClass]] = []  # in rank order, as the walk hands them out
+        for job_id in new_ids:
+            cls = session._entries[job_id].cls
+            if cls.solo == "alone":
+                return None
+            if cls.views[0].job_id == job_id:  # a reject's class is its own
+                heads.append((self._class_order(cls), cls.keys[0], cls.ident, cls))
+        visited: list[JobView] = []
+        for _, _, _, cls in sorted(heads):
+            view = cls.views[0]
+            if cls.solo == "reject":
+                why = rnd.why_never(view)
+                assert why, f"{view.job_id} was classified as never fitting"
+                self.rejects.append(Reject(view.job_id, why))
+                self.leaving.add(view.job_id)
+                continue
+            result, _ = rnd.attempt(view)
+            if isinstance(result, Allocation):
+                return None
+            self.found[cls] = [(LOWEST, result)]
+            visited.append(view)
+        if len(self.rejects) > 1 and type(session.policy).walk_order is not Policy.walk_order:
+            return None  # the policy's own order may reject them in another order than this one's
+        if visited:
+            # The answers given now hold from now on, for as long as the policy says they do.
+            until = min(until, session.policy.answers_hold_until(snap, visited))
+            session._quiet = (running, cluster, tenants, free, until)
+        waits = self._changes(None, new_ids, keep=True)
         return rnd.plan(self.rejects, waits)
 
     def _class_order(self, cls: JobClass) -> Key:
@@ -397,7 +500,21 @@ class _Walk:
         strict = policy.blocks_others
         may_block = type(policy).blocks_others is not Policy.blocks_others
         order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class, session.migrate)
-        walk: WalkOrder = order if order is not None else _HeadsOrder(session._classes.values(), self._class_order)
+        if order is None:
+            # A class of gangs larger than the free GPUs waits for capacity, visit after visit, unless someone
+            # may be displaced or moved for it (then the free GPUs may grow), a gate may refuse it first or it
+            # may hold back the rest: what decide()'s short cut asks. A class's jobs are treated alike (the
+            # decision_class() promise): if its first job may displace nobody and holds back nobody, neither
+            # does a later one. Under overload that is most classes at most decisions.
+            classes = session._classes.values()
+            snap, gate = self.snap, rnd.gate
+            settle = (not session.migrate and type(gate).admit is Gate.admit
+                      and (not may_block or not any(strict(c.views[0]) for c in classes))
+                      and (not policy.preemptive
+                           or not any(policy.preemptor(snap, gate, c.views[0]) for c in classes if c.solo != "reject")))
+            order = _HeadsOrder(session._classes.values(), self._class_order,
+                                rnd.free.total_gpus if settle else None)
+        walk: WalkOrder = order
         settled = walk.settled
         while (step := walk.next()) is not None:
             if settled:
@@ -436,13 +553,15 @@ class _Walk:
             self.found.setdefault(cls, [(LOWEST, reason)])
         settled.clear()
 
-    def _changes(self, blocked: tuple[Key, Key] | None, new_ids: list[str]) -> list[Wait]:
-        """The Waits of jobs whose reason differs from their last one; each class keeps its new runs."""
+    def _changes(self, blocked: tuple[Key, Key] | None, new_ids: list[str], keep: bool = False) -> list[Wait]:
+        """The Waits of jobs whose reason differs from their last one; each class keeps its new runs (`keep`:
+        a class not visited keeps its old ones)."""
         session = self.session
         pending = session._pending
         waits: list[Wait] = []
+        found = self.found
         for cls in session._classes.values():
-            runs = self.found.get(cls, [])
+            runs = found.get(cls, cls.reasons if keep else [])
             if blocked is not None:
                 order = self._class_order(cls)
                 if order > blocked[0]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
@@ -149,6 +150,16 @@ class Policy(ABC):
         clock, i.e. no round may be skipped. Changes of a queued job's order are the Session's
         (order_until), not this hook's."""
         return snap.clock
+
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """After a decision on `snap` that started, displaced, resized, moved and rejected nobody, until when
+        (clock, exclusive) every answer it gave a queued job stays the answer a decision would give, as long
+        as the running jobs and the free capacity stay as they are and the queue only grows; a new job then
+        changes only the answer of its own class, and only if it is the first of it. A Session then visits
+        only such classes until an event (Session.decide's quiet decisions). `heads`: the first queued job of
+        each decision class (the jobs those answers were given for). An earlier time than the exact one is
+        allowed. Default: -inf, no such promise (every decision walks the queue)."""
+        return -math.inf
 
     def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
         """The group whose jobs a walk_order() takes in order_key order (DRF: the tenant); None: no groups."""

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Hashable, Sequence
 
 from loadmaster.scheduling.policies.base import Policy
@@ -29,3 +30,8 @@ class FifoPolicy(Policy):
 
     def blocks_others(self, job: JobView) -> bool:
         return self.strict
+
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        # Nobody is displaced: a job's answer is a placement on the free capacity, which time alone leaves
+        # as it is. Strict order: a new job ahead of the one that blocks may block sooner (not promised).
+        return -math.inf if self.strict else math.inf

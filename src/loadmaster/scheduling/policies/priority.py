@@ -13,6 +13,7 @@ losing the fewest GPU-seconds goes first: GPUs x (work since the last checkpoint
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Sequence
 from itertools import takewhile
 from operator import attrgetter
@@ -65,6 +66,12 @@ class PriorityPolicy(KeyedPolicy):
         if lowest is None or lowest[0] is not snap:
             lowest = self._lowest = (snap, min(map(_PRIORITY, snap.running), default=None))
         return lowest[1] is not None and lowest[1] < job.spec.priority
+
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        # Who may displace whom follows the classes of the queued and running jobs, not time: with the same
+        # running jobs a failed displacement finds the same victims (in another order at most, which decides
+        # only which of them go first, not whether all of them together make room).
+        return math.inf
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:

@@ -206,6 +206,39 @@ class SrtfPolicy(KeyedPolicy):
         gains: npt.NDArray[np.float64] = np.maximum(0.0, r.duration - work) - lost - self.restart_overhead_s
         return gains
 
+    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """Until a running job saves a checkpoint that may let a class's first job displace it where it could
+        not at `snap`. Between its checkpoints a running job's displaceable() only falls (its remaining work
+        falls, its work since the last checkpoint grows); a checkpoint drops the work at stake to 0 and the
+        gain jumps to at most its remaining work then less the restart, and each later one to less. A queued
+        job's remaining work stays put, so until such a checkpoint each head (and each later job of its class,
+        with at least its remaining work) may displace a subset of the jobs it could displace at `snap`, and
+        a displacement that failed then fails again."""
+        ckpt = self.checkpoint_interval_s
+        if ckpt <= 0 or not snap.running:
+            return math.inf  # all the work is at stake: a gain only ever falls
+        clock = snap.clock
+        wants = np.sort(np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads)))
+        if not wants.size:
+            return math.inf
+        memo = self._by_snapshot(snap)  # the gains the walk used, and the running jobs' arrays
+        r = self._running
+        assert r is not None and r.jobs is memo.jobs
+        # Every running job at once (work_at()'s operations, in its order).
+        work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
+        saved = (np.floor(work / ckpt) + 1.0) * ckpt  # the work at each one's next checkpoint
+        most = np.maximum(0.0, r.duration - saved) - self.restart_overhead_s  # its gain just after it
+        # The first head that cannot displace it now (remaining work >= its gain): could it after the checkpoint?
+        i = np.searchsorted(wants, memo.gains, side="left")
+        first = wants[np.minimum(i, wants.size - 1)]
+        moving = r.rate > 0  # a job making no progress keeps its gain
+        risky = moving & (i < wants.size) & (first < most + 1e-6)
+        if not risky.any():
+            return math.inf
+        at = np.maximum(clock, r.as_of[risky]) + (saved[risky] - work[risky]) / r.rate[risky]
+        # A millisecond early: rounding must not reach the checkpoint before this says.
+        return float(at.min()) - 1e-3
+
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # Jobs are ranked by rising remaining work, and a job may displace those whose gain exceeds its own
         # remaining work: a later job of the same shape may displace a subset of an earlier one's victims,
