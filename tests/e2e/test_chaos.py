@@ -10,7 +10,7 @@ killed, cancels, halts and resumes; then, once everything has settled:
 - the API answered 503 (never 500) while the store was locked.
 
 The default suite runs one short scenario per store; `-m slow` runs the long ones whose counts
-docs/benchmarks.md reports (`.venv/bin/python -m pytest tests/e2e/test_chaos.py -m slow -s` prints them).
+docs/benchmarks.md reports (`.venv/bin/python -m pytest -n 0 tests/e2e/test_chaos.py -m slow -s` prints them).
 """
 
 from __future__ import annotations

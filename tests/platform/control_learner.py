@@ -10,6 +10,8 @@
                                                             exits CODE; the other ranks wait to be stopped
     python control_learner.py fail-once RANK CODE MESSAGE STEPS STEP_S
                                                             `fail` on the first attempt, `train` afterwards
+    python control_learner.py long-first FIRST STEPS STEP_S  `train` to FIRST steps on the first attempt (one that
+                                                            must be stopped, not end on its own), to STEPS after
 
 `train` checkpoints (rank 0) when asked to stop and exits 0, and at the end writes results/out.txt:
 "<first step of this attempt> <last step> <attempt> <contents of DATA_DIR/input.txt, if any>".
@@ -74,6 +76,8 @@ def main(argv: list[str]) -> int:
         if runtime.attempt() == 1:
             return fail(int(argv[1]), int(argv[2]), argv[3])
         return train(int(argv[4]), float(argv[5]))
+    if mode == "long-first":
+        return train(int(argv[1] if runtime.attempt() == 1 else argv[2]), float(argv[3]))
     raise SystemExit(f"unknown mode {mode!r}")
 
 

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from loadmaster.platform.executors.base import AttemptSpec, LaunchError, LearnerExit
-from loadmaster.platform.executors.ray import NAMESPACE, RayExecutor, node_names, ray_cluster, ray_nodes
+from loadmaster.platform.executors.ray import NAMESPACE, RayExecutor, actor_name, node_names, ray_cluster, ray_nodes
 from tests.platform.executor_helpers import (
     attempt_spec,
     kill_leftovers,
@@ -46,6 +46,15 @@ def scratch(tmp_path: Path) -> str:
 
 def _named_actors(job_id: str) -> list[str]:
     return [a["name"] for a in ray.util.list_named_actors(all_namespaces=True) if a["name"].startswith(job_id)]
+
+
+def _actor_gone(name: str) -> bool:
+    """Whether Ray no longer finds the actor by name (what reattach asks; list_named_actors may say so first)."""
+    try:
+        ray.get_actor(name, namespace=NAMESPACE)
+    except ValueError:
+        return True
+    return False
 
 
 def _env_of(spec: AttemptSpec, rank: int) -> dict[str, Any]:
@@ -159,7 +168,9 @@ def test_reattach_by_actor_name_after_a_crash(node: str, tmp_path: Path, scratch
         copied = (Path(spec.report_dir) / f"rank-{rank}.jsonl").read_text().splitlines()
         assert [p.report["step"] for p in progress if p.rank == rank] == list(range(1, len(copied) + 1))
     # the hosts are gone now: an attempt with a missing exit file cannot be accounted for
-    wait_until(lambda: _named_actors(spec.job_id) == [], 20, "the hosts to go")
+    # the names as reattach looks them up: under load a host listed as gone was still found by get_actor once
+    wait_until(lambda: _named_actors(spec.job_id) == [] and all(
+        _actor_gone(actor_name(spec.job_id, spec.attempt, rank)) for rank in (0, 1)), 20, "the hosts to go")
     (Path(spec.log_dir) / "rank-0.exit").unlink()
     assert not RayExecutor().reattach(spec, handle)
     assert not RayExecutor().reattach(spec, {**handle, "executor": "local"})

@@ -48,18 +48,22 @@ def test_a_kill_9_mid_smoke_test_neither_tests_a_passed_job_again_nor_changes_a_
         with httpx.Client(base_url=url, headers={"Authorization": f"Bearer {ADMIN}"}, timeout=10) as c:
             assert c.post("/api/v1/tenants", json={"name": "vision", "gpus": 2}).status_code == 201
 
-            def submit(name: str, gpus: int, steps: int) -> str:
+            def submit(name: str, gpus: int, *command: object) -> str:
                 r = c.post("/api/v1/jobs", params={"tenant": "vision"}, json={
-                    "name": name, "resources": {"gpus": gpus}, "command": learner("train", steps, 0.05)})
+                    "name": name, "resources": {"gpus": gpus}, "command": learner(*command)})
                 assert r.status_code == 201, r.text
                 return str(r.json()["id"])
 
-            blocker = submit("blocker", 1, 400)  # 20 s: it holds one GPU past the restart
+            blocker = submit("blocker", 1, "train", 400, 0.05)  # 20 s: it holds one GPU past the restart
             _wait(c, blocker, lambda j: j["status"] == "PROCESSING", "the blocker to run")
-            passed = submit("passed", 2, 100)  # 5 s: longer than its 3 s test; its gang runs after the restart
+            # 5 s: longer than its 3 s test; its gang runs after the restart
+            passed = submit("passed", 2, "train", 100, 0.05)
             _wait(c, passed, lambda j: any(h["reason"].startswith("smoke test passed") for h in j["history"]),
                   "its smoke test to pass")
-            midtest = submit("midtest", 2, 100)
+            # Its test's learner would run 100 s: only the test's 3 s can end it, however long the restart takes
+            # on a loaded machine (a 5 s learner outlived a slow restart's 3 s and ended the test itself, "exited
+            # 0 within its 3 s"); its gang then counts to step 100 from the test's checkpoint, as `passed`'s.
+            midtest = submit("midtest", 2, "long-first", 2000, 100, 0.05)
             _wait(c, midtest, lambda j: j["status"] == "PROCESSING", "its smoke test to run")
     except BaseException:
         first.p.kill()

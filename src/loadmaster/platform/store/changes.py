@@ -77,9 +77,11 @@ def bump(s: Session, name: str) -> int:
 
 def _note(session: Session, _context: Any, _instances: Any) -> None:
     seq = session.info.get(_SEQ)
-    for obj in (*session.new, *session.dirty):
+    new = session.new  # a fresh IdentitySet at each access: built once, not once per object (10,000 new jobs
+    # in one flush took ~10 s in this loop, quadratic)
+    for obj in (*new, *session.dirty):
         if isinstance(obj, Job):
-            if obj not in session.new and not session.is_modified(obj):
+            if obj not in new and not session.is_modified(obj):
                 continue
             if seq is not None:  # the flush at commit: stamp the row as it is written
                 obj.change_seq = seq
