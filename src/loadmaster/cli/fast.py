@@ -58,7 +58,7 @@ _VALUED: dict[str, tuple[str, Callable[[str], Any]]] = {
     "--until": ("until", _float(0)), "--checkpoint-interval": ("checkpoint_interval", _float(0)),
     "--restart-overhead": ("restart_overhead", _float(0)), "--gang": ("gang", str),
     "--partial-timeout": ("partial_timeout", str), "--migrate": ("migrate", str),
-    "--smoke-test": ("smoke_test", _float(0)), "--plots": ("plots", str),
+    "--smoke-test": ("smoke_test", _float(0)), "--plots": ("plots", str), "--vc-queue": ("vc_queue", _int(1)),
 }
 _FLAGS = {"--no-plots": "no_plots", "--json": "as_json"}
 # `queue`'s (cli/queue.py), likewise.
@@ -118,7 +118,7 @@ def run_defaults() -> dict[str, Any]:
         "placement": "pack", "fmt": "auto", "seed": 0, "retry": RetryPolicy.TRACE, "max_attempts": 3,
         "quotas": None, "until": None, "checkpoint_interval": 900.0, "restart_overhead": 30.0, "gang": "on",
         "partial_timeout": "never", "migrate": "off", "smoke_test": 0.0, "plots": "svg", "no_plots": False,
-        "as_json": False,
+        "as_json": False, "vc_queue": None,
     }
 
 
