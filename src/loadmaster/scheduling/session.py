@@ -87,7 +87,7 @@ class Session:
         # (Policy.answers_hold_until); None when there is no such promise.
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
-        self.promises = type(policy).answers_hold_until is not Policy.answers_hold_until  # ever quiet at all
+        self.promises = policy.promises_answers  # ever quiet at all
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -465,10 +465,7 @@ class _Walk:
         for _, _, _, cls in sorted(heads):
             view = cls.views[0]
             if cls.solo == "reject":
-                why = rnd.why_never(view)
-                assert why, f"{view.job_id} was classified as never fitting"
-                self.rejects.append(Reject(view.job_id, why))
-                self.leaving.add(view.job_id)
+                self._reject(view)
                 continue
             result, _ = rnd.attempt(view)
             if isinstance(result, Allocation):
@@ -522,10 +519,7 @@ class _Walk:
             cls, i, rank, key = step
             view = cls.views[i]
             if cls.solo == "reject":
-                why = rnd.why_never(view)
-                assert why, f"{view.job_id} was classified as never fitting"
-                self.rejects.append(Reject(view.job_id, why))
-                self.leaving.add(view.job_id)
+                self._reject(view)
                 continue
             result, placed = rnd.attempt(view)
             if isinstance(result, Allocation):
@@ -546,6 +540,13 @@ class _Walk:
                 return rank, key
         self._settle(settled)
         return None
+
+    def _reject(self, view: JobView) -> None:
+        """A job classified as never fitting leaves the queue, with why."""
+        why = self.rnd.why_never(view)
+        assert why, f"{view.job_id} was classified as never fitting"
+        self.rejects.append(Reject(view.job_id, why))
+        self.leaving.add(view.job_id)
 
     def _settle(self, settled: list[tuple[JobClass, WaitReason]]) -> None:
         """Classes the walk order answered without handing out a job (WalkOrder.settled)."""

@@ -161,6 +161,12 @@ class Policy(ABC):
         allowed. Default: -inf, no such promise (every decision walks the queue)."""
         return -math.inf
 
+    @property
+    def promises_answers(self) -> bool:
+        """Whether answers_hold_until() may ever promise anything: a Session asks it (and lists every class's
+        first job for it) only if so."""
+        return type(self).answers_hold_until is not Policy.answers_hold_until
+
     def order_group(self, snap: Snapshot, job: JobView) -> Hashable | None:
         """The group whose jobs a walk_order() takes in order_key order (DRF: the tenant); None: no groups."""
         return None

@@ -31,6 +31,10 @@ class FifoPolicy(Policy):
     def blocks_others(self, job: JobView) -> bool:
         return self.strict
 
+    @property
+    def promises_answers(self) -> bool:
+        return not self.strict  # strict order promises nothing: no need to list the heads at every decision
+
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         # Nobody is displaced: a job's answer is a placement on the free capacity, which time alone leaves
         # as it is. Strict order: a new job ahead of the one that blocks may block sooner (not promised).
