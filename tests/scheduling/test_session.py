@@ -8,6 +8,7 @@ reason differs from the one they were last given."""
 from __future__ import annotations
 
 import random
+from collections.abc import Sequence
 
 import pytest
 from hypothesis import given, settings
@@ -45,6 +46,42 @@ def _waits(plan: Plan) -> dict[str, WaitReason]:
     return {w.job_id: w.reason for w in plan.waits}
 
 
+def carry_out(plan: Plan, session: Session, queued: dict[str, JobView], running: dict[str, JobView],
+              last: dict[str, WaitReason], clock: float, rng: random.Random,
+              start_delays: Sequence[float] = (0.0,)) -> bool:
+    """Carry `plan` out on a test's world (the session told of every queue change); whether the running jobs
+    changed. A started job runs at full or half speed, from `clock` plus one of `start_delays`."""
+    for p in plan.preempts:
+        view = running.pop(p.job_id)
+        queued[p.job_id] = JobView(view.spec, clock, view.attempt + 1, None, view.work_at(clock) * 0.5, 0.0,
+                                   clock, view.attained_at(clock), view.preemptions + 1)
+        session.add(queued[p.job_id])
+    for z in plan.resizes:
+        view = running[z.job_id]
+        running[z.job_id] = JobView(view.spec, view.queued_since, view.attempt, z.allocation,
+                                    view.work_at(clock), 1.0, clock, view.attained_at(clock), view.preemptions,
+                                    clock)
+    for m in plan.migrations:
+        view = running[m.job_id]
+        running[m.job_id] = JobView(view.spec, view.queued_since, view.attempt, m.allocation,
+                                    view.work_at(clock) * 0.5, 1.0, clock, view.attained_at(clock),
+                                    view.preemptions, clock)
+    for r in plan.rejects:
+        del queued[r.job_id]
+        session.remove(r.job_id)
+        last.pop(r.job_id, None)
+    for s in plan.starts:
+        view = queued.pop(s.job_id)
+        session.remove(s.job_id)
+        last.pop(s.job_id, None)
+        speed = rng.choice([1.0, 0.5])
+        delay = rng.choice(start_delays) if len(start_delays) > 1 else start_delays[0]
+        running[s.job_id] = JobView(view.spec, view.queued_since, view.attempt, s.allocation, view.work_done_s,
+                                    speed, clock + delay, view.attained_gpu_s, view.preemptions, clock)
+    last.update(_waits(plan))
+    return bool(plan.preempts or plan.resizes or plan.migrations or plan.starts)
+
+
 def _check(seed: int, policy: str, placement: str, steps: int = 25, migrate: bool = False,
            reference: Policy | None = None) -> None:
     """`reference`: the policy decide() runs with (default: another `policy`)."""
@@ -74,33 +111,7 @@ def _check(seed: int, policy: str, placement: str, steps: int = 25, migrate: boo
         assert (plan.starts, plan.preempts, plan.resizes, plan.rejects, plan.migrations) == (
             full.starts, full.preempts, full.resizes, full.rejects, full.migrations)
         assert _waits(plan) == {w.job_id: w.reason for w in full.waits if last.get(w.job_id) is not w.reason}
-        # Carry the plan out.
-        for p in plan.preempts:
-            view = running.pop(p.job_id)
-            queued[p.job_id] = JobView(view.spec, clock, view.attempt + 1, None, view.work_at(clock) * 0.5, 0.0,
-                                       clock, view.attained_at(clock), view.preemptions + 1)
-            session.add(queued[p.job_id])
-        for z in plan.resizes:
-            view = running[z.job_id]
-            running[z.job_id] = JobView(view.spec, view.queued_since, view.attempt, z.allocation,
-                                        view.work_at(clock), 1.0, clock, view.attained_at(clock), view.preemptions,
-                                        clock)
-        for m in plan.migrations:
-            view = running[m.job_id]
-            running[m.job_id] = JobView(view.spec, view.queued_since, view.attempt, m.allocation,
-                                        view.work_at(clock) * 0.5, 1.0, clock, view.attained_at(clock),
-                                        view.preemptions, clock)
-        for r in plan.rejects:
-            del queued[r.job_id]
-            session.remove(r.job_id)
-            last.pop(r.job_id, None)
-        for s in plan.starts:
-            view = queued.pop(s.job_id)
-            session.remove(s.job_id)
-            last.pop(s.job_id, None)
-            running[s.job_id] = JobView(view.spec, view.queued_since, view.attempt, s.allocation, view.work_done_s,
-                                        rng.choice([1.0, 0.5]), clock, view.attained_gpu_s, view.preemptions, clock)
-        last.update(_waits(plan))
+        carry_out(plan, session, queued, running, last, clock, rng)
         if migrate:
             assert all(g >= -1e-9 for g in free_after(cluster, running.values())[0])
         for job_id in [j for j in running if rng.random() < 0.3]:  # ends

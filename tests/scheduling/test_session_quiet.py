@@ -25,7 +25,7 @@ from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.policies.srtf import SrtfPolicy
 from loadmaster.scheduling.session import Session
-from tests.scheduling.test_session import _cluster, _spec, _waits
+from tests.scheduling.test_session import _cluster, _spec, _waits, carry_out
 
 _TICKS = (0.0, 1.0, 20.0, 60.0, 300.0, 900.0, 5000.0)
 
@@ -66,32 +66,7 @@ def _check_quiet(seed: int, policy: str, placement: str, steps: int = 40,
         assert (plan.starts, plan.preempts, plan.resizes, plan.rejects, plan.migrations) == (
             full.starts, full.preempts, full.resizes, full.rejects, full.migrations)
         assert _waits(plan) == {w.job_id: w.reason for w in full.waits if last.get(w.job_id) is not w.reason}
-        changed = False
-        for p in plan.preempts:
-            view = running.pop(p.job_id)
-            queued[p.job_id] = JobView(view.spec, clock, view.attempt + 1, None, view.work_at(clock) * 0.5, 0.0,
-                                       clock, view.attained_at(clock), view.preemptions + 1)
-            session.add(queued[p.job_id])
-            changed = True
-        for z in plan.resizes:
-            view = running[z.job_id]
-            running[z.job_id] = JobView(view.spec, view.queued_since, view.attempt, z.allocation,
-                                        view.work_at(clock), 1.0, clock, view.attained_at(clock), view.preemptions,
-                                        clock)
-            changed = True
-        for r in plan.rejects:
-            del queued[r.job_id]
-            session.remove(r.job_id)
-            last.pop(r.job_id, None)
-        for s in plan.starts:
-            view = queued.pop(s.job_id)
-            session.remove(s.job_id)
-            last.pop(s.job_id, None)
-            running[s.job_id] = JobView(view.spec, view.queued_since, view.attempt, s.allocation, view.work_done_s,
-                                        rng.choice([1.0, 0.5]), clock + rng.choice([0.0, 30.0]), view.attained_gpu_s,
-                                        view.preemptions, clock)
-            changed = True
-        last.update(_waits(plan))
+        changed = carry_out(plan, session, queued, running, last, clock, rng, start_delays=(0.0, 30.0))
         if running and rng.random() < 0.15:  # an end
             del running[rng.choice(sorted(running))]
             changed = True
