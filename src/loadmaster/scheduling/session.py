@@ -340,25 +340,51 @@ class _HeadsOrder:
     then resumes at its first job ranked after the one that started."""
 
     def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key],
-                 no_capacity_above: float | None = None) -> None:
-        """`no_capacity_above`: where no job can displace anyone, move anyone, be refused by a gate or hold
-        back the rest, the free GPUs: a class whose gang needs more is not handed out but settled as
-        NO_CAPACITY (every visit would answer that: the free GPUs only fall as jobs start). None: every class
-        is handed out."""
+                 no_capacity_above: float | None = None, rnd: _Round | None = None) -> None:
+        """`no_capacity_above`: where no job can move anyone, be refused by a gate or hold back the rest, the
+        free GPUs: a class whose gang needs more is not handed out but settled as NO_CAPACITY (every visit
+        would answer that while the free GPUs stay below its gang and no displacement can make room for
+        it). None: every class is handed out.
+
+        `rnd` (a preemptive policy's round; None: nobody may be displaced): a class whose first job may
+        displace someone (Policy.preemptor) is handed out unless Policy.room_by_displacing() says that no
+        displacement can make room for its gang before someone has been displaced in this decision. Both
+        promises hold for the class's later jobs (the decision_class() promise: a subset of the victims).
+        Until the first displacement the free GPUs only fall as jobs start; after each start that follows
+        one, the classes settled on the bound, and those whose gang fits the free GPUs again (a displacement
+        may release more than it takes), go back into the merge at their first job ranked after the start,
+        as decide() would next visit them."""
         self.class_order = class_order
         self.cursor: dict[JobClass, int] = {}
         self.heap: list[tuple[Key, Key, int, JobClass]] = []
         self.settled: list[tuple[JobClass, WaitReason]] = []
+        self.rnd = rnd
+        # Settled classes whose first job may displace nobody: (gang GPUs, ident, class), the smallest gang
+        # last; and those settled on room_by_displacing(), back in once anyone is displaced.
+        self.late: list[tuple[float, int, JobClass]] = []
+        self.bound: list[JobClass] = []
         above = math.inf if no_capacity_above is None else no_capacity_above + 1e-9
         for cls in classes:
             if above < math.inf and cls.solo is None:
                 spec = cls.views[0].spec
-                if spec.learners * spec.gpus_per_learner > above:
-                    self.settled.append((cls, WaitReason.NO_CAPACITY))
-                    continue
+                gang = spec.learners * spec.gpus_per_learner
+                if gang > above:
+                    if rnd is None:
+                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        continue
+                    policy, snap, gate, head = rnd.policy, rnd.snap, rnd.gate, cls.views[0]
+                    if not policy.preemptor(snap, gate, head):
+                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        self.late.append((gang, cls.ident, cls))
+                        continue
+                    if not policy.room_by_displacing(snap, gate, head):
+                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        self.bound.append(cls)
+                        continue
             self.cursor[cls] = 0
             self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
         heapq.heapify(self.heap)
+        self.late.sort(reverse=True)
         self.answered_since: list[JobClass] = []  # classes answered since the last start
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
@@ -383,6 +409,29 @@ class _HeadsOrder:
                 self.cursor[other] = j
                 heapq.heappush(heap, (rank, other.keys[j], other.ident, other))
         self.answered_since.clear()
+        rnd = self.rnd
+        if rnd is not None and (rnd.preempts or rnd.resizes) and (self.bound or self.late):
+            self._let_in(rank, key)
+
+    def _let_in(self, rank: Key, key: Key) -> None:
+        """After a start that followed a displacement: the classes settled on the displacement bound, and
+        those whose gang fits the free GPUs again (a displacement released more than it took), rejoin the
+        merge at their first job ranked after the one that started at (rank, key)."""
+        assert self.rnd is not None
+        late = self.late
+        room = self.rnd.free.total_gpus + 1e-9
+        back = self.bound
+        self.bound = []
+        while late and late[-1][0] <= room:
+            back.append(late.pop()[2])
+        for cls in back:
+            order = self.class_order(cls)
+            if order < rank:
+                continue  # all its jobs rank before this one: decide() visits none of them again
+            j = 0 if order > rank else bisect_right(cls.keys, key)
+            if j < len(cls.keys):
+                self.cursor[cls] = j
+                heapq.heappush(self.heap, (order, cls.keys[j], cls.ident, cls))
 
 
 class _Walk:
@@ -504,13 +553,10 @@ class _Walk:
             # decision_class() promise): if its first job may displace nobody and holds back nobody, neither
             # does a later one. Under overload that is most classes at most decisions.
             classes = session._classes.values()
-            snap, gate = self.snap, rnd.gate
-            settle = (not session.migrate and type(gate).admit is Gate.admit
-                      and (not may_block or not any(strict(c.views[0]) for c in classes))
-                      and (not policy.preemptive
-                           or not any(policy.preemptor(snap, gate, c.views[0]) for c in classes if c.solo != "reject")))
-            order = _HeadsOrder(session._classes.values(), self._class_order,
-                                rnd.free.total_gpus if settle else None)
+            settle = (not session.migrate and type(rnd.gate).admit is Gate.admit
+                      and (not may_block or not any(strict(c.views[0]) for c in classes)))
+            order = _HeadsOrder(classes, self._class_order, rnd.free.total_gpus if settle else None,
+                                rnd if policy.preemptive else None)
         walk: WalkOrder = order
         settled = walk.settled
         while (step := walk.next()) is not None:

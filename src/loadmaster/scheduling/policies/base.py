@@ -81,6 +81,15 @@ class Policy(ABC):
         """Cheap pre-check: may this job displace anyone at all? (Skips the victim scan when not.)"""
         return self.preemptive
 
+    def room_by_displacing(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        """Asked of a job that is a preemptor() and whose gang exceeds the free GPUs, before anything happened
+        in the decision (`gate` as gate(snap) made it): may displacing the jobs it may displace make room for
+        its gang at all? False only where that cannot happen in this decision before someone is displaced
+        or resized in it (while jobs only start, the free GPUs only fall), for this job and for every later
+        job of its decision class; a Session then answers the class NO_CAPACITY without a visit until then.
+        Default: True (no such bound known)."""
+        return True
+
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
         """The running jobs `job` may displace, cheapest first. `victims()` gives every running job sorted

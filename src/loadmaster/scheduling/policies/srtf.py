@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import itertools
 import math
+from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from operator import attrgetter
 
@@ -108,18 +109,24 @@ class _Running:
 
 
 class _Gains:
-    """Every running job's displaceable() at one snapshot and its maximum; on first use, the victim order
-    and the snapshot's free GPUs per server."""
+    """Every running job's displaceable() at one snapshot, sorted, and its maximum; on first use, the victim
+    order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
+    prefix of them adds."""
 
-    __slots__ = ("_free", "_order", "gains", "jobs", "most", "snap")
+    __slots__ = ("_by_gain", "_cum", "_free", "_order", "_rooms", "asc", "gains", "jobs", "most", "snap")
 
     def __init__(self, snap: Snapshot, jobs: Sequence[JobView], gains: npt.NDArray[np.float64]) -> None:
         self.snap = snap
         self.jobs = jobs
         self.gains = gains
-        self.most = float(gains.max()) if gains.size else -math.inf
+        # Sorted in Python: a few dozen floats sort faster than numpy's max() is called.
+        self.asc = sorted(gains.tolist())
+        self.most = self.asc[-1] if self.asc else -math.inf
         self._order: list[int] | None = None
+        self._by_gain: list[int] | None = None
         self._free: tuple[list[float], float, dict[float, int]] | None = None
+        self._cum: list[int] | None = None
+        self._rooms: dict[float, _Rooms] = {}
 
     def order(self) -> list[int]:
         """The running jobs' positions by displaceable(), highest first; ties: the most recently started
@@ -133,6 +140,34 @@ class _Gains:
             order = self._order = np.lexsort((-np.array(started, dtype=np.float64), -self.gains)).tolist()
         return order
 
+    def above(self, want: float) -> int:
+        """How many running jobs gain more than `want`: the first that many of order(), and of by_gain()."""
+        asc = self.asc
+        return len(asc) - bisect_right(asc, want)
+
+    def by_gain(self) -> list[int]:
+        """The running jobs' positions by falling displaceable(), ties in any order: its first above(x) are
+        the jobs that gain more than x, as in order(), which only orders ties further."""
+        by_gain = self._by_gain
+        if by_gain is None:
+            gains = self.gains.tolist()
+            by_gain = self._by_gain = sorted(range(len(gains)), key=gains.__getitem__, reverse=True)
+        return by_gain
+
+    def gpus_of_first(self, k: int) -> int:
+        """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked)."""
+        cum = self._cum
+        if cum is None:
+            cum = self._cum = [0]
+        if k >= len(cum):
+            jobs, total = self.jobs, cum[-1]
+            for i in self.by_gain()[len(cum) - 1:k]:
+                a = jobs[i].allocation
+                assert a is not None
+                total += len(a.learner_nodes) * a.gpus_per_learner
+                cum.append(total)
+        return cum[k]
+
     def free(self) -> tuple[list[float], float, dict[float, int]]:
         """The snapshot's free GPUs per server, in all, and per learner size the learners they hold."""
         free = self._free
@@ -140,6 +175,48 @@ class _Gains:
             gpus = self.snap.free_gpus
             free = self._free = (gpus.tolist(), float(gpus.sum()), {})
         return free
+
+    def room_with_first(self, per: float, k: int) -> int:
+        """How many learners of `per` GPUs the servers could hold at most with the first `k` jobs of by_gain()
+        released: _may_fit()'s count with nothing else released, extended along it as asked."""
+        rooms = self._rooms.get(per)
+        if rooms is None:
+            free_now, _, by_size = self.free()
+            room = by_size.get(per)
+            if room is None:
+                room = by_size[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
+            rooms = self._rooms[per] = _Rooms(room)
+        return rooms.at(k, per, self)
+
+
+class _Rooms:
+    """_Gains.room_with_first() for one learner size: the count after each prefix of by_gain() so far, and
+    the GPUs that prefix adds per server."""
+
+    __slots__ = ("added", "counts")
+
+    def __init__(self, room: int) -> None:
+        self.counts = [room]
+        self.added: dict[int, float] = {}
+
+    def at(self, k: int, per: float, gains: _Gains) -> int:
+        counts = self.counts
+        if k < len(counts):
+            return counts[k]
+        free_now = gains.free()[0]
+        added = self.added
+        order, jobs = gains.by_gain(), gains.jobs
+        room = counts[-1]
+        for i in order[len(counts) - 1:k]:
+            a = jobs[i].allocation
+            assert a is not None
+            g = a.gpus_per_learner
+            for node in a.learner_nodes:
+                before = free_now[node] + added.get(node, 0.0)
+                added[node] = added.get(node, 0.0) + g
+                room += int((before + g + 1e-9) // per) - int((before + 1e-9) // per)
+            counts.append(room)
+        return room
 
 
 class SrtfPolicy(KeyedPolicy):
@@ -248,36 +325,49 @@ class SrtfPolicy(KeyedPolicy):
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         return self._by_snapshot(snap).most > job.remaining_at(snap.clock)
 
+    def room_by_displacing(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        # victim_candidates()'s bound: until someone is released it only tightens as jobs start (fewer free
+        # GPUs in all; the same candidates and servers), and a later job of the class, with at least this
+        # one's remaining work, has a prefix of its candidates.
+        if not isinstance(gate, _DisplacementGate):
+            return True
+        memo = self._by_snapshot(snap)
+        return self._may_fit(gate, job, memo, memo.above(job.remaining_at(snap.clock)))
+
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
         # In victim_key order, from this policy's own per-snapshot gains (decide()'s victims() would
-        # recompute every key): those whose gain exceeds the job's remaining work. None at all when
-        # releasing every one of them cannot make room for the gang (decide() then gives up at once).
+        # recompute every key): those whose gain exceeds the job's remaining work, which come first by falling
+        # gain. None at all when releasing every one of them cannot make room for the gang (decide() then
+        # gives up at once).
         memo = self._by_snapshot(snap)
-        picked = np.flatnonzero(memo.gains > job.remaining_at(snap.clock)).tolist()
-        if isinstance(gate, _DisplacementGate) and not self._may_fit(snap, gate, job, memo, picked):
+        k = memo.above(job.remaining_at(snap.clock))
+        if isinstance(gate, _DisplacementGate) and not self._may_fit(gate, job, memo, k):
             return ()
         jobs = memo.jobs
-        # Sorted by falling gain, the jobs whose gain exceeds the job's remaining work come first.
-        return (jobs[i] for i in memo.order()[:len(picked)])
+        return (jobs[i] for i in memo.order()[:k])
 
-    def _may_fit(self, snap: Snapshot, gate: _DisplacementGate, job: JobView, memo: _Gains,
-                 picked: list[int]) -> bool:
-        """Could `job`'s gang fit once the running jobs at positions `picked` are released? False only when
-        it cannot: the GPUs free now, per server, are at most the snapshot's plus those of the victims
+    def _may_fit(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
+        """Could `job`'s gang fit once the first `k` running jobs of the victim order are released? False only
+        when it cannot: the GPUs free now, per server, are at most the snapshot's plus those of the victims
         released in this call and not given back (the jobs started since only took some), so with the
         candidates' added a server holds at most floor(x / GPUs per learner) learners. Most displacements
-        of a long queue end here, without releasing anyone or asking the placer. The candidates are few
-        (those that gain more than the job's remaining work), so only their servers are counted again;
-        GPU counts are whole numbers, so every sum is exact in any order."""
+        of a long queue end here, without releasing anyone or asking the placer. With nobody released in
+        this call (most of them), both counts come from the snapshot's prefix sums along the victim order
+        (_Gains); else the candidates' and the released jobs' servers are counted again. GPU counts are
+        whole numbers, so every sum is exact in any order."""
         spec = job.spec
         learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
         per = spec.gpus_per_learner
         need = learners * per
+        free_now, total, rooms = memo.free()
+        if not gate.released:
+            if total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 < need:
+                return False
+            return per <= 0 or memo.room_with_first(per, k) >= learners
         jobs = memo.jobs
         released = [v.allocation for v in gate.released.values()]
-        candidates = [jobs[i].allocation for i in picked]
-        free_now, total, rooms = memo.free()
+        candidates = [jobs[i].allocation for i in memo.order()[:k]]
         total += sum(a.gpus for a in released if a is not None) - gate.started_gpus
         if total + sum(a.gpus for a in candidates if a is not None) + 1e-9 < need:
             return False
