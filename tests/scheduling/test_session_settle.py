@@ -10,6 +10,7 @@ classes back in, these counts would fall to zero and the tests fail)."""
 
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 from collections.abc import Iterator
 
@@ -19,6 +20,7 @@ from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.scheduling import JobView, Snapshot, WaitReason, decide, make_placer, make_policy
 from loadmaster.scheduling import session as session_module
+from loadmaster.scheduling.policies.base import Admission
 from loadmaster.scheduling.session import Session, _HeadsOrder
 from tests.scheduling.test_session import _check
 
@@ -84,3 +86,48 @@ def test_a_displacement_that_frees_more_than_it_takes_lets_a_settled_gang_start(
     plan = session.decide(lazy)
     assert (plan.starts, plan.preempts) == (full.starts, full.preempts)
     assert WaitReason.NO_CAPACITY not in {w.reason for w in plan.waits}
+
+
+def test_gates_say_whether_they_may_refuse() -> None:
+    from loadmaster.scheduling.policies.base import Gate
+    from loadmaster.scheduling.policies.drf import DrfGate
+    from loadmaster.scheduling.policies.fair import QuotaGate
+    from loadmaster.scheduling.policies.srtf import _DisplacementGate
+
+    assert not Gate.may_deny() and not DrfGate.may_deny() and not _DisplacementGate.may_deny()
+    assert QuotaGate.may_deny()
+
+    class Refusing(Gate):
+        def admit(self, job: JobView, gpus: int) -> Admission:
+            return Admission.DENIED
+
+    assert Refusing.may_deny()  # overriding admit() is taken to refuse unless the gate says otherwise
+
+
+@pytest.mark.parametrize("policy", ["drf", "srtf", "las", "fifo-strict"])
+def test_visits_answered_without_an_attempt_give_the_same_plans(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk answers a gang larger than the free GPUs (or a learner larger than any server's) without
+    attempt() where no gate refuses and the job may displace nobody. The same worlds with that turned off
+    (every gate taken to refuse) make more attempts and the same plans (both checked against decide())."""
+    from loadmaster.scheduling.policies.base import Gate
+    from loadmaster.scheduling.policies.drf import DrfGate
+
+    decide_module = importlib.import_module("loadmaster.scheduling.decide")
+
+    attempts = Counter[str]()
+    attempt = decide_module._Round.attempt
+
+    def counted(self: decide_module._Round, job: JobView) -> tuple[Allocation | WaitReason, bool]:
+        attempts[mode] += 1
+        return attempt(self, job)
+
+    monkeypatch.setattr(decide_module._Round, "attempt", counted)
+    mode = "quick"
+    for seed in range(25):
+        _check(seed, policy, "pack", steps=30)
+    mode = "slow"
+    monkeypatch.setattr(Gate, "may_deny", classmethod(lambda cls: True))
+    monkeypatch.setattr(DrfGate, "may_deny", classmethod(lambda cls: True))
+    for seed in range(25):
+        _check(seed, policy, "pack", steps=30)
+    assert attempts["quick"] < attempts["slow"]

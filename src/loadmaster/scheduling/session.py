@@ -559,6 +559,13 @@ class _Walk:
                                 rnd if policy.preemptive else None)
         walk: WalkOrder = order
         settled = walk.settled
+        # Where no gate may refuse and nobody moves: a gang larger than the free GPUs, or a learner larger than
+        # any server's free GPUs, gets attempt()'s answer (place_at()'s first two checks) without the call,
+        # unless the job may displace someone (then attempt() searches). Under overload most visits after a
+        # start are these (DRF: 33,000 of 38,000 on the 3,000-job trace).
+        quick = not session.migrate and not type(rnd.gate).may_deny()
+        free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
+        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         while (step := walk.next()) is not None:
             if settled:
                 self._settle(settled)
@@ -567,7 +574,19 @@ class _Walk:
             if cls.solo == "reject":
                 self._reject(view)
                 continue
-            result, placed = rnd.attempt(view)
+            spec = view.spec
+            result: Allocation | WaitReason | None = None
+            if quick and not spec.elastic:
+                if spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9:
+                    result = no_capacity
+                elif spec.gpus_per_learner > free.max_node_gpus + 1e-9:
+                    result = fragmentation
+                if result is not None and preemptive and policy.preemptor(snap, gate, view):
+                    result = None
+            if result is None:
+                result, placed = rnd.attempt(view)
+            else:
+                placed = True
             if isinstance(result, Allocation):
                 self.leaving.add(view.job_id)
                 walk.started(cls, i, rank, key)

@@ -31,6 +31,12 @@ class Gate:
     def admit(self, job: JobView, gpus: int) -> Admission:
         return Admission.GUARANTEED
 
+    @classmethod
+    def may_deny(cls) -> bool:
+        """Whether admit() may ever answer DENIED: a gate that overrides admit() is taken to, unless it says
+        otherwise (a Session's walk answers a job without attempt() only where nothing can refuse it)."""
+        return cls.admit is not Gate.admit
+
     def add(self, job: JobView, learners: int | None = None) -> None:
         """Count `learners` learners of the job (default: its current allocation) against its tenant.
 

@@ -217,6 +217,10 @@ class DrfGate(Gate):
         # for every queued job.
         return Admission.GUARANTEED
 
+    @classmethod
+    def may_deny(cls) -> bool:
+        return False
+
 
 # A tenant's entry in the progressive-filling heap: (tier, weighted share, submit time of its next job,
 # tenant, position of that job in its queue).
