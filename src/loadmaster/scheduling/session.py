@@ -339,9 +339,10 @@ class _HeadsOrder:
     classes (a heap), where a class answered since the last start leaves the merge until the next start,
     then resumes at its first job ranked after the one that started."""
 
-    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key],
+    def __init__(self, classes: Iterable[JobClass], class_order: Callable[[JobClass], Key] | None,
                  no_capacity_above: float | None = None, rnd: _Round | None = None) -> None:
-        """`no_capacity_above`: where no job can move anyone, be refused by a gate or hold back the rest, the
+        """`class_order`: each class's class order (None: () for every class, a policy without one).
+        `no_capacity_above`: where no job can move anyone, be refused by a gate or hold back the rest, the
         free GPUs: a class whose gang needs more is not handed out but settled as NO_CAPACITY (every visit
         would answer that while the free GPUs stay below its gang and no displacement can make room for
         it). None: every class is handed out.
@@ -382,7 +383,7 @@ class _HeadsOrder:
                         self.bound.append(cls)
                         continue
             self.cursor[cls] = 0
-            self.heap.append((class_order(cls), cls.keys[0], cls.ident, cls))
+            self.heap.append((class_order(cls) if class_order is not None else (), cls.keys[0], cls.ident, cls))
         heapq.heapify(self.heap)
         self.late.sort(reverse=True)
         self.answered_since: list[JobClass] = []  # classes answered since the last start
@@ -402,7 +403,7 @@ class _HeadsOrder:
         if i + 1 < len(cls.keys):
             heapq.heappush(heap, (rank, cls.keys[i + 1], cls.ident, cls))
         for other in self.answered_since:
-            if self.class_order(other) != rank:
+            if self.class_order is not None and self.class_order(other) != rank:
                 continue  # all its jobs rank before this one
             j = bisect_right(other.keys, key)
             if j < len(other.keys):
@@ -425,7 +426,7 @@ class _HeadsOrder:
         while late and late[-1][0] <= room:
             back.append(late.pop()[2])
         for cls in back:
-            order = self.class_order(cls)
+            order = self.class_order(cls) if self.class_order is not None else ()
             if order < rank:
                 continue  # all its jobs rank before this one: decide() visits none of them again
             j = 0 if order > rank else bisect_right(cls.keys, key)
@@ -555,7 +556,8 @@ class _Walk:
             classes = session._classes.values()
             settle = (not session.migrate and type(rnd.gate).admit is Gate.admit
                       and (not may_block or not any(strict(c.views[0]) for c in classes)))
-            order = _HeadsOrder(classes, self._class_order, rnd.free.total_gpus if settle else None,
+            order = _HeadsOrder(classes, self._class_order if session._uses_class_order else None,
+                                rnd.free.total_gpus if settle else None,
                                 rnd if policy.preemptive else None)
         walk: WalkOrder = order
         settled = walk.settled
@@ -626,10 +628,11 @@ class _Walk:
         pending = session._pending
         waits: list[Wait] = []
         found = self.found
+        uses_class_order = session._uses_class_order  # else every class's order is (): no call per class
         for cls in session._classes.values():
             runs = found.get(cls, cls.reasons if keep else [])
             if blocked is not None:
-                order = self._class_order(cls)
+                order = self._class_order(cls) if uses_class_order else ()
                 if order > blocked[0]:
                     runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
                 elif order == blocked[0]:
