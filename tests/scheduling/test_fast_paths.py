@@ -87,11 +87,12 @@ def test_busy_clusters_get_the_same_plan_by_class(seed: int, policy: str, placem
 
 
 def every_attempt(policy: Policy) -> Policy:
-    """The same policy, with no decision classes and a blocks_others() of its own that holds nobody back:
-    decide() then attempts every job (its short cut for gangs larger than every free GPU is off)."""
+    """The same policy, with no decision classes and taken to hold others back (may_block_others; its
+    blocks_others() answers as before, a policy without one holds nobody back): decide() then attempts every
+    job (its short cut for gangs larger than every free GPU is off)."""
     one_by_one(policy)
-    if type(policy).blocks_others is Policy.blocks_others:
-        policy.blocks_others = lambda job: False  # type: ignore[method-assign]
+    base = type(policy)
+    policy.__class__ = type(f"EveryAttempt{base.__name__}", (base,), {"may_block_others": property(lambda self: True)})
     return policy
 
 
@@ -102,6 +103,12 @@ def test_gangs_larger_than_the_free_gpus_wait_as_an_attempt_says(snap: Snapshot,
     fast = decide(snap, make_policy(policy), make_placer(placement), migrate)
     slow = decide(snap, every_attempt(make_policy(policy)), make_placer(placement), migrate)
     assert fast == slow
+
+
+def test_plain_fifo_never_blocks_and_strict_fifo_may() -> None:
+    assert not make_policy("fifo").may_block_others and make_policy("fifo-strict").may_block_others
+    assert every_attempt(make_policy("fifo")).may_block_others
+    assert not make_policy("srtf").may_block_others  # keeps Policy.blocks_others
 
 
 @pytest.mark.parametrize("seed", range(4))

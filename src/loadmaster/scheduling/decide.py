@@ -565,8 +565,8 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
     waits: list[Wait] = []
     blocked = False
     strict_order = policy.blocks_others
-    # A policy that keeps Policy.blocks_others never holds anyone back: no need to ask per job.
-    may_block = type(policy).blocks_others is not Policy.blocks_others
+    # A policy that never holds anyone back (Policy.may_block_others): no need to ask per job.
+    may_block = policy.may_block_others
     # Jobs the policy and the placer cannot tell apart (one alike key) get the same answer as long as
     # nothing has started and no capacity has grown in this round: a queue of thousands costs one attempt
     # per key between starts, not one per job. Values: (reason, whether it came from a placement attempt,

@@ -545,7 +545,7 @@ class _Walk:
         session = self.session
         policy = session.policy
         strict = policy.blocks_others
-        may_block = type(policy).blocks_others is not Policy.blocks_others
+        may_block = policy.may_block_others
         order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class, session.migrate)
         if order is None:
             # A class of gangs larger than the free GPUs waits for capacity, visit after visit, unless someone

@@ -143,6 +143,12 @@ class Policy(ABC):
         """True if a job that cannot start should hold back every job ranked after it (strict order)."""
         return False
 
+    @property
+    def may_block_others(self) -> bool:
+        """Whether blocks_others() may ever say True: a decision asks it per job only if so. Default: whether
+        the policy overrides blocks_others()."""
+        return type(self).blocks_others is not Policy.blocks_others
+
     # -- keeping the order between decisions (scheduling.session.Session) ------------------------------
     def order_key(self, snap: Snapshot, job: JobView) -> tuple[object, ...] | None:
         """The queued job's place in rank(), as a key that stays valid while it waits (until order_until):

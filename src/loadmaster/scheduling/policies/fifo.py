@@ -32,6 +32,10 @@ class FifoPolicy(Policy):
         return self.strict
 
     @property
+    def may_block_others(self) -> bool:
+        return self.strict  # plain FIFO never holds anyone back: a walk need not ask every class's first job
+
+    @property
     def promises_answers(self) -> bool:
         return not self.strict  # strict order promises nothing: no need to list the heads at every decision
 
