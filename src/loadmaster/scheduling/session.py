@@ -360,11 +360,14 @@ class _HeadsOrder:
         self.heap: list[tuple[Key, Key, int, JobClass]] = []
         self.settled: list[tuple[JobClass, WaitReason]] = []
         self.rnd = rnd
-        # Settled classes whose first job may displace nobody: (gang GPUs, ident, class), the smallest gang
-        # last; and those settled on room_by_displacing(), back in once anyone is displaced.
-        self.late: list[tuple[float, int, JobClass]] = []
+        # Settled classes whose first job may displace nobody, with their gangs' GPUs (looked at only after a
+        # displacement, which most walks make none of); and those settled on room_by_displacing(), back in
+        # once anyone is displaced.
+        self.late: list[tuple[float, JobClass]] = []
         self.bound: list[JobClass] = []
         above = math.inf if no_capacity_above is None else no_capacity_above + 1e-9
+        if rnd is not None:
+            policy, snap, gate = rnd.policy, rnd.snap, rnd.gate
         for cls in classes:
             if above < math.inf and cls.solo is None:
                 spec = cls.views[0].spec
@@ -373,10 +376,10 @@ class _HeadsOrder:
                     if rnd is None:
                         self.settled.append((cls, WaitReason.NO_CAPACITY))
                         continue
-                    policy, snap, gate, head = rnd.policy, rnd.snap, rnd.gate, cls.views[0]
+                    head = cls.views[0]
                     if not policy.preemptor(snap, gate, head):
                         self.settled.append((cls, WaitReason.NO_CAPACITY))
-                        self.late.append((gang, cls.ident, cls))
+                        self.late.append((gang, cls))
                         continue
                     if not policy.room_by_displacing(snap, gate, head):
                         self.settled.append((cls, WaitReason.NO_CAPACITY))
@@ -385,7 +388,6 @@ class _HeadsOrder:
             self.cursor[cls] = 0
             self.heap.append((class_order(cls) if class_order is not None else (), cls.keys[0], cls.ident, cls))
         heapq.heapify(self.heap)
-        self.late.sort(reverse=True)
         self.answered_since: list[JobClass] = []  # classes answered since the last start
 
     def next(self) -> tuple[JobClass, int, Key, Key] | None:
@@ -419,12 +421,10 @@ class _HeadsOrder:
         those whose gang fits the free GPUs again (a displacement released more than it took), rejoin the
         merge at their first job ranked after the one that started at (rank, key)."""
         assert self.rnd is not None
-        late = self.late
         room = self.rnd.free.total_gpus + 1e-9
-        back = self.bound
+        back = self.bound + [cls for gang, cls in self.late if gang <= room]
         self.bound = []
-        while late and late[-1][0] <= room:
-            back.append(late.pop()[2])
+        self.late = [(gang, cls) for gang, cls in self.late if gang > room]
         for cls in back:
             order = self.class_order(cls) if self.class_order is not None else ()
             if order < rank:
