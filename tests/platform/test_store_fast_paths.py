@@ -211,3 +211,47 @@ def test_a_submissions_answer_built_from_its_row_is_the_stored_jobs_summary(db_u
             assert answer == Submitted(**summary(stored, "vision").model_dump(), array_tasks=tasks)
     assert single.gpus == 4 and single.user == "ann" and in_array.array_index == 0 and in_array.gpus == 3
     store.close()
+
+
+def test_two_batches_written_at_once_commit_every_job_with_numbers_in_commit_order(db_url: str) -> None:
+    """GroupCommit(writers=2): a second batch is written while the first is still in its transaction (the
+    default on PostgreSQL); every job is committed once, and the change numbers stay unique, so the control
+    loop's read of what changed since its last number misses none (store/changes.py)."""
+    store = Store.open(db_url)
+    tid, _ = _tenant(store)
+    commit: GroupCommit[str] = GroupCommit(store, lambda: None, max_batch=8, writers=2)
+    inside = 0
+    most_inside = 0
+    write = commit._write
+
+    def counted(writes):  # type: ignore[no-untyped-def]
+        nonlocal inside, most_inside
+        inside += 1
+        most_inside = max(most_inside, inside)
+        try:
+            time.sleep(0.02)  # a slow round trip: the other writer's batch must not wait for this one's answers
+            return write(writes)
+        finally:
+            inside -= 1
+
+    commit._write = counted  # type: ignore[method-assign]
+
+    def job(n: int):  # type: ignore[no-untyped-def]
+        return lambda s: queue_job(s, tid, MANIFEST, 1.0, job_id=f"j-{n:03d}", user="").id
+
+    async def run() -> list[str]:
+        return list(await asyncio.gather(*(commit.submit(job(n)) for n in range(60))))
+
+    assert asyncio.run(run()) == [f"j-{n:03d}" for n in range(60)]
+    assert most_inside == 2
+    with store.session() as s:
+        rows = s.execute(select(Job.id, Job.change_seq)).all()
+    assert sorted(r[0] for r in rows) == [f"j-{n:03d}" for n in range(60)]
+    assert all(r[1] > 0 for r in rows)
+    store.close()
+
+
+def test_postgresql_writes_two_submission_batches_at_once_and_sqlite_one(db_url: str) -> None:
+    store = Store.open(db_url)
+    assert GroupCommit(store, lambda: None).writers == (2 if db_url.startswith("postgresql") else 1)
+    store.close()

@@ -57,12 +57,18 @@ class Throttled:
 
 
 class GroupCommit(Generic[T]):
-    def __init__(self, store: Store, after_commit: Callable[[], None], max_batch: int = 512) -> None:
+    def __init__(self, store: Store, after_commit: Callable[[], None], max_batch: int = 512,
+                 writers: int | None = None) -> None:
         self.store = store
         self.after_commit = after_commit
         self.max_batch = max_batch
+        # Batches written at once. SQLite has one writer (its lock is taken at BEGIN), so one. On PostgreSQL
+        # two: while one batch waits on its round trips and commit, the next is written, instead of the
+        # clients' next requests waiting for the first batch's answers; the change counter's row lock still
+        # orders their commits (store/changes.py).
+        self.writers = writers if writers is not None else (2 if store.engine.dialect.name == "postgresql" else 1)
         self._pending: list[_Pending[T]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._drains: set[asyncio.Task[None]] = set()  # held: the event loop keeps only weak references
 
     async def submit(self, write: Write[T]) -> T:
         """Run `write` in a shared transaction; its result once committed (or its exception)."""
@@ -70,8 +76,11 @@ class GroupCommit(Generic[T]):
         future: asyncio.Future[T] = loop.create_future()
         item = _Pending(write, future)
         self._pending.append(item)
-        if self._task is None or self._task.done():
-            self._task = loop.create_task(self._drain())
+        # done(), not the set's size: a drain that found nothing left ends at once, before its callback runs
+        if sum(not t.done() for t in self._drains) < self.writers:
+            task = loop.create_task(self._drain())
+            self._drains.add(task)
+            task.add_done_callback(self._drains.discard)
         return await item.future
 
     async def _drain(self) -> None:
