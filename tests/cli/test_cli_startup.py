@@ -64,6 +64,13 @@ def test_every_policy_name_makes_its_policy(name: str) -> None:
     policy = make_policy(name)
     assert policy.name == name.removesuffix("-strict")
     assert POLICIES[name]() is not policy  # a fresh policy per call: policies hold per-run state
+    assert type(policy) is POLICIES[name].cls  # the class, for its signature (the server's checkpoint interval)
+    assert getattr(policy, "strict", False) is (name == "fifo-strict")
+
+
+def test_keyword_arguments_reach_the_policy_class() -> None:
+    las = POLICIES["las"](checkpoint_interval_s=60.0)
+    assert las.checkpoint_interval_s == 60.0  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("name", sorted(PLACERS))

@@ -6,34 +6,45 @@ short simulation's whole process (`loadmaster sim run` on Gavel's 1,000 jobs).""
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from importlib import import_module
 from typing import Any
 
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 
 
-def _lazy(module: str, cls: str, **kwargs: Any) -> Callable[[], Policy]:
-    def make() -> Policy:
-        policy: Policy = getattr(import_module(f"loadmaster.scheduling.policies.{module}"), cls)(**kwargs)
-        return policy
+class PolicyFactory:
+    """A policy class by module and name, imported on first use: calling it makes the policy (keyword
+    arguments go to the class, over the entry's own); `cls` is the class itself (its signature, say)."""
 
-    make.__qualname__ = make.__name__ = cls
-    return make
+    def __init__(self, module: str, name: str, **kwargs: Any) -> None:
+        self.module = f"loadmaster.scheduling.policies.{module}"
+        self.name = name
+        self.kwargs = kwargs
+
+    @property
+    def cls(self) -> type[Policy]:
+        cls: type[Policy] = getattr(import_module(self.module), self.name)
+        return cls
+
+    def __call__(self, **kwargs: Any) -> Policy:
+        return self.cls(**{**self.kwargs, **kwargs})
+
+    def __repr__(self) -> str:
+        return f"PolicyFactory({self.module}.{self.name}, {self.kwargs})"
 
 
-POLICIES: dict[str, Callable[[], Policy]] = {
-    "fifo": _lazy("fifo", "FifoPolicy"),
-    "fifo-strict": _lazy("fifo", "FifoPolicy", strict=True),
-    "fair": _lazy("fair", "FairPolicy"),
-    "fair-fifo": _lazy("fair", "FairFifoPolicy"),
-    "srtf": _lazy("srtf", "SrtfPolicy"),
-    "las": _lazy("las", "LasPolicy"),
-    "las-het": _lazy("las", "HetLasPolicy"),
-    "las-gavel": _lazy("las_gavel", "GavelLasPolicy"),
-    "priority": _lazy("priority", "PriorityPolicy"),
-    "drf": _lazy("drf", "DrfPolicy"),
-    "themis": _lazy("themis", "ThemisPolicy"),
+POLICIES: dict[str, PolicyFactory] = {
+    "fifo": PolicyFactory("fifo", "FifoPolicy"),
+    "fifo-strict": PolicyFactory("fifo", "FifoPolicy", strict=True),
+    "fair": PolicyFactory("fair", "FairPolicy"),
+    "fair-fifo": PolicyFactory("fair", "FairFifoPolicy"),
+    "srtf": PolicyFactory("srtf", "SrtfPolicy"),
+    "las": PolicyFactory("las", "LasPolicy"),
+    "las-het": PolicyFactory("las", "HetLasPolicy"),
+    "las-gavel": PolicyFactory("las_gavel", "GavelLasPolicy"),
+    "priority": PolicyFactory("priority", "PriorityPolicy"),
+    "drf": PolicyFactory("drf", "DrfPolicy"),
+    "themis": PolicyFactory("themis", "ThemisPolicy"),
 }
 
 
@@ -45,4 +56,4 @@ def make_policy(name: str) -> Policy:
     return factory()
 
 
-__all__ = ["POLICIES", "Admission", "Gate", "Policy", "make_policy"]
+__all__ = ["POLICIES", "Admission", "Gate", "Policy", "PolicyFactory", "make_policy"]
