@@ -132,3 +132,41 @@ def test_srtf_bound_counts_the_learners_every_server_could_hold(seed: int, remai
     fits = sum(free) + 1e-9 >= learners * per and sum(int((g + 1e-9) // per) for g in free) >= learners
     got = list(policy.victim_candidates(snap, gate, waiting, lambda: ()))
     assert (got != []) == (fits and candidates != [])
+
+
+class _CountingThemis(ThemisPolicy):
+    walks = 0
+
+    def victim_candidates(self, snap, gate, job, victims):  # type: ignore[no-untyped-def]
+        self.walks += 1
+        return super().victim_candidates(snap, gate, job, victims)
+
+
+def test_themis_gives_up_where_no_preferred_type_could_take_the_gang() -> None:
+    """The job bids for V100s only (it runs 50x slower on a K80 and has waited little): the K80 server's free
+    GPUs and its expired-lease victim free enough GPUs in all, and room for a learner, but not on a V100, so
+    decide() gives up before releasing anyone, with the plan of walking the victim."""
+    from loadmaster.core.cluster import Cluster, Node
+    from loadmaster.core.job import Allocation
+    from loadmaster.scheduling.decide import decide
+    from loadmaster.scheduling.placement import make_placer
+    from tests.helpers import job
+
+    c = Cluster((Node("v0", 4, 32.0, 256.0, gpu_type="v100"), Node("k0", 4, 32.0, 256.0, gpu_type="k80")))
+    speeds = (("k80", 0.02), ("v100", 1.0))
+    # V100 server: a job within its lease. K80 server: 2 GPUs free, and a job whose lease expired and whose rho
+    # if preempted (~1.0) is below the wide job's (~7.3): a victim.
+    holder = JobView(job("v-run", gpus=4, duration=90_000.0, type_speed=speeds), 19_500.0,
+                     allocation=Allocation("v-run", (0,), 4, 1.0, 1.0), rate=1.0, as_of=19_500.0, started_at=19_500.0)
+    old = JobView(job("k-run", gpus=2, duration=30_000.0, type_speed=speeds), 0.0,
+                  allocation=Allocation("k-run", (1,), 2, 1.0, 1.0), rate=1.0, as_of=0.0, started_at=0.0)
+    wide = job("wide", gpus=4, duration=2_000.0, type_speed=speeds)
+    snap = Snapshot.of_running(20_000.0, c, (JobView(wide, 0.0, as_of=0.0),), (holder, old), {})
+    counting = _CountingThemis()
+    plan = decide(snap, counting, make_placer("pack"))
+    assert counting.type_preference(snap, snap.queued[0]) == ("v100",)
+    assert counting.releasable_gpus(snap, counting.gate(snap), snap.queued[0]) == 2.0  # 2 free + 2: enough
+    assert counting.walks == 0  # given up on the bound: no victim released
+    reference = decide(snap, _ThemisWithoutBound(), make_placer("pack"))
+    assert (plan.starts, plan.preempts, plan.waits) == (reference.starts, reference.preempts, reference.waits)
+    assert not plan.starts and not plan.preempts

@@ -7,14 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from loadmaster.cli.common import SimProgress, console, err_console, print_json
+from loadmaster.cli import common
+from loadmaster.cli.common import SimProgress, note, print_json
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.placement import PLACERS, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
 from loadmaster.sim.experiment import PLOT_FORMATS, RunOptions, RunOutcome, simulate, write_run
 from loadmaster.sim.failures import RetryPolicy
-from loadmaster.sim.learner_at_a_time import check_supported, parse_gang, parse_timeout, timeout_label
+from loadmaster.sim.gang_options import parse_gang, parse_timeout, timeout_label
 from loadmaster.sim.quotas import load_quota_file
 from loadmaster.traces import load_cluster, load_workload
 
@@ -28,7 +29,7 @@ DEFAULT_CLUSTER = "9x4:v100,9x4:p100,9x4:k80"
 def inputs(trace: str, fmt: str, cluster: str) -> tuple[Workload, Cluster]:
     workload = load_workload(trace, fmt)
     if workload.report.skipped or workload.report.notes:
-        err_console.print(f"[dim]{workload.report.summary()}[/]", highlight=False)
+        note(workload.report.summary())
     if not workload.jobs:
         raise ValueError(f"{trace}: the trace holds no jobs ({workload.report.summary()})")
     return workload, load_cluster(cluster)
@@ -134,6 +135,8 @@ def run_sim(out: Path, trace: str, cluster: str, policy: str, placement: str, fm
         raise ValueError("--smoke-test: applies to gang scheduling only (drop --gang off)")
     suffix += moved
     if not gang_on:
+        from loadmaster.sim.learner_at_a_time import check_supported
+
         check_supported(make_policy(policy), make_placer(placement))
     workload, clu = inputs(trace, fmt, cluster)
     opts = options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
@@ -148,6 +151,7 @@ def run_sim(out: Path, trace: str, cluster: str, policy: str, placement: str, fm
     if as_json:
         print_json(outcome.summary)
         return
+    console = common.console
     console.print(f"{len(workload)} jobs on {clu.describe()}", highlight=False)
     console.print(summary_table([outcome]))
     console.print(f"wrote {', '.join(p.name for p in written)} to {out}", highlight=False)

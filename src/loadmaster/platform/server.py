@@ -123,10 +123,9 @@ def data_dir(options: ServerOptions) -> Path:
 def server_policy(options: ServerOptions) -> Policy:
     """The policy by name, told the jobs' checkpoint interval where it weighs the work a preemption loses."""
     factory = POLICIES[options.policy]
-    if options.checkpoint_interval_s is not None and isinstance(factory, type) and \
-            "checkpoint_interval_s" in inspect.signature(factory).parameters:
-        policy: Policy = factory(checkpoint_interval_s=options.checkpoint_interval_s)
-        return policy
+    if options.checkpoint_interval_s is not None and \
+            "checkpoint_interval_s" in inspect.signature(factory.cls).parameters:
+        return factory(checkpoint_interval_s=options.checkpoint_interval_s)
     return factory()
 
 

@@ -18,7 +18,7 @@ import numpy.typing as npt
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
 from loadmaster.scheduling.feasibility import never_fits
-from loadmaster.scheduling.placement.base import Placer, failure_reason
+from loadmaster.scheduling.placement.base import Placer, failure_reason, type_groups
 from loadmaster.scheduling.plan import Migrate, Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -124,6 +124,15 @@ def shrink_to_minimum(job: JobView) -> Allocation | None:
 def _learners_room(gpus: npt.NDArray[np.float64], per_learner: float) -> int:
     """How many learners of `per_learner` GPUs servers with these free GPUs could hold at most."""
     return int(((gpus + 1e-9) // per_learner).sum())
+
+
+def _learners_room_for(gpus: npt.NDArray[np.float64], per_learner: float, snap: Snapshot, job: JobView,
+                       prefer: Sequence[str] | None) -> int:
+    """_learners_room(), on the servers of one preferred GPU type at a time (the most) when the policy prefers
+    types: a placer then uses only those, one type per gang (Placer.place)."""
+    if prefer is None:
+        return _learners_room(gpus, per_learner)
+    return max((_learners_room(gpus[mask], per_learner) for mask in type_groups(snap, job, prefer)), default=0)
 
 
 @dataclass
@@ -282,7 +291,8 @@ class _Round:
             # Enough GPUs in all, but maybe not on servers with room for a learner: most searches that got
             # this far under overload released every victim and then found no server that could take one.
             by_server = self.policy.releasable_by_server(self.snap, self.gate, job) if per_learner > 0 else None
-            if by_server is not None and _learners_room(free.gpus + by_server, per_learner) < learners:
+            if by_server is not None and _learners_room_for(free.gpus + by_server, per_learner, self.snap, job,
+                                                            prefer) < learners:
                 if key is not None:
                     self.no_preempt[key] = free.version
                 return reason

@@ -16,7 +16,6 @@ from loadmaster.scheduling.policies import make_policy
 from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.failures import FailureModel, RetryPolicy
 from loadmaster.sim.figures import Figure, rho_figure, run_figures
-from loadmaster.sim.learner_at_a_time import LearnerAtATimeSimulator
 from loadmaster.sim.metrics import summarize, write_jobs_csv
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.quotas import quotas_by_demand
@@ -67,7 +66,12 @@ def simulate(workload: Workload, cluster: Cluster, opts: RunOptions, progress: P
                   opts.smoke_test_s, opts.vc_queue),
         quotas,
     )
-    sim = Simulator(*parts) if opts.gang else LearnerAtATimeSimulator(*parts, opts.partial_timeout_s)
+    if opts.gang:
+        sim = Simulator(*parts)
+    else:  # imported only for `--gang off`: a gang-scheduled run never needs it
+        from loadmaster.sim.learner_at_a_time import LearnerAtATimeSimulator
+
+        sim = LearnerAtATimeSimulator(*parts, opts.partial_timeout_s)
     result = sim.run(workload, progress)
     if opts.gang:  # true by construction: a gang holds all its GPUs or none
         result.mode_metrics = {"gang": True, "gpu_hours_held_by_partial_gangs": 0.0, "deadlocked_jobs": 0,

@@ -79,7 +79,8 @@ class FailureModel:
             raise ValueError("max_attempts must be >= 1")
         self.retry = retry
         self.max_attempts = max_attempts
-        self.rng = np.random.default_rng(seed)
+        self.seed = seed
+        self._rng: np.random.Generator | None = None  # made at the first draw: most runs draw nothing
         # Uniform draws made ahead in chunks, used in order (reversed, so pop() takes the next): the generator
         # gives the same stream in one call of n as in n calls (tests/sim/test_failures_stream.py), at a
         # fraction of a NumPy call per draw. Only _draw reads the generator.
@@ -92,6 +93,15 @@ class FailureModel:
         transient = [c for c in cats if not c.deterministic]
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
         self._transient = (transient, np.cumsum(wt / wt.sum()).tolist())
+
+    @property
+    def rng(self) -> np.random.Generator:
+        """The run's generator, made at its first use (numpy.random is ~10 ms to import; a trace without
+        failures never draws)."""
+        rng = self._rng
+        if rng is None:
+            rng = self._rng = np.random.default_rng(self.seed)
+        return rng
 
     def _draw(self, pool: tuple[list[FailureCategory], list[float]]) -> FailureCategory:
         cats, cumulative = pool

@@ -43,38 +43,15 @@ from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.policies.fifo import FifoPolicy
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 from loadmaster.sim.failures import FailureModel
+
+# --gang and --partial-timeout parsing lives apart (a plain `sim run` reads them without importing this module).
+from loadmaster.sim.gang_options import parse_gang as parse_gang
+from loadmaster.sim.gang_options import parse_timeout as parse_timeout
+from loadmaster.sim.gang_options import timeout_label as timeout_label
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.simulator import ProgressFn, SimConfig, SimResult, Simulator, _Live, _Run
 
 PLACERS = ("pack", "spread")  # MostAllocated / LeastAllocated scoring, one learner at a time
-
-
-def parse_gang(text: str) -> bool:
-    """`--gang on|off` -> True for gang scheduling, False for learner-at-a-time."""
-    value = text.strip().lower()
-    if value in ("on", "true", "yes"):
-        return True
-    if value in ("off", "false", "no"):
-        return False
-    raise ValueError(f"--gang: expected on or off, got {text!r}")
-
-
-def parse_timeout(text: str) -> float | None:
-    """`--partial-timeout never|SECONDS` -> None (never) or seconds > 0."""
-    value = text.strip().lower()
-    if value in ("never", "none", "inf"):
-        return None
-    try:
-        seconds = float(value.removesuffix("s"))
-    except ValueError:
-        raise ValueError(f"--partial-timeout: expected 'never' or seconds like 3600, got {text!r}") from None
-    if not (seconds > 0 and math.isfinite(seconds)):
-        raise ValueError(f"--partial-timeout: must be 'never' or a number of seconds > 0, got {text!r}")
-    return seconds
-
-
-def timeout_label(timeout_s: float | None) -> str:
-    return "never" if timeout_s is None else f"{timeout_s:g}s"
 
 
 def check_supported(policy: Policy, placer: Placer) -> None:

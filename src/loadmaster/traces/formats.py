@@ -4,24 +4,72 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadmaster.core.workload import Workload
-from loadmaster.traces import alibaba, canonical, gavel, philly, samples
+from loadmaster.traces import samples
 from loadmaster.traces.errors import TraceFormatError
-from loadmaster.traces.history import History
+
+if TYPE_CHECKING:
+    from loadmaster.traces.history import History
 
 FORMATS: tuple[str, ...] = ("canonical", "philly", "gavel", "gavel-vc", "alibaba")
 
+
+# Each loader's module is imported when a trace of its format is read (a run reads one format; Philly's and
+# Alibaba's loaders with their history types were a tenth of the trace package's import).
+def _canonical(p: Path) -> Workload:
+    from loadmaster.traces import canonical
+
+    return canonical.read_csv(p)
+
+
+def _philly(p: Path) -> Workload:
+    from loadmaster.traces import philly
+
+    return philly.load(p)
+
+
+def _gavel(p: Path) -> Workload:
+    from loadmaster.traces import gavel
+
+    return gavel.load(p, variant="gavel")
+
+
+def _gavel_vc(p: Path) -> Workload:
+    from loadmaster.traces import gavel
+
+    return gavel.load(p, variant="gavel-vc")
+
+
+def _alibaba(p: Path) -> Workload:
+    from loadmaster.traces import alibaba
+
+    return alibaba.load(p)
+
+
+def _philly_history(p: Path) -> History:
+    from loadmaster.traces import philly
+
+    return philly.load_history(p)
+
+
+def _alibaba_history(p: Path) -> History:
+    from loadmaster.traces import alibaba
+
+    return alibaba.load_history(p)
+
+
 _LOADERS: dict[str, Callable[[Path], Workload]] = {
-    "canonical": canonical.read_csv,
-    "philly": philly.load,
-    "gavel": lambda p: gavel.load(p, variant="gavel"),
-    "gavel-vc": lambda p: gavel.load(p, variant="gavel-vc"),
-    "alibaba": alibaba.load,
+    "canonical": _canonical,
+    "philly": _philly,
+    "gavel": _gavel,
+    "gavel-vc": _gavel_vc,
+    "alibaba": _alibaba,
 }
 # Formats that record when each job ran (the others give a History without times).
-_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": philly.load_history,
-                                                          "alibaba": alibaba.load_history}
+_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": _philly_history,
+                                                          "alibaba": _alibaba_history}
 _SNIFF_BYTES = 4096
 
 
@@ -37,7 +85,11 @@ def load_history(path: str, fmt: str = "auto") -> History:
     times and machines; Alibaba: each pod's run); other formats give a History without times."""
     file, fmt = resolve(path, fmt)
     loader = _HISTORY_LOADERS.get(fmt)
-    return loader(file) if loader is not None else History.untimed(_LOADERS[fmt](file))
+    if loader is not None:
+        return loader(file)
+    from loadmaster.traces.history import History
+
+    return History.untimed(_LOADERS[fmt](file))
 
 
 def resolve(path: str, fmt: str = "auto") -> tuple[Path, str]:

@@ -143,7 +143,7 @@ class LasPolicy(KeyedPolicy):
         self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
         # The same jobs' minus queues in ascending order and the GPUs of each prefix, without the victim
         # order (most displacement searches end at releasable_gpus(), which needs only these).
-        self._releasable: tuple[Snapshot, list[int], list[float]] | None = None
+        self._releasable: tuple[Snapshot, list[float]] | None = None  # releasable_gpus() per queue
         # Per snapshot: the running jobs' arrays, GPUs held, service as queue() counts it, displaceable now.
         self._now: tuple[Snapshot, tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                          npt.NDArray[np.bool_]]] | None = None
@@ -408,21 +408,19 @@ class LasPolicy(KeyedPolicy):
     def releasable_gpus(self, snap: Snapshot, gate: Gate, job: JobView) -> float | None:
         rel = self._releasable
         if rel is None or rel[0] is not snap:
-            run = self._displaceable
-            if run is not None and run[0] is snap:
-                rel = (snap, run[1], run[3])
-            else:
-                # The jobs of a queue above the job's are the same set in any order within a queue, and
-                # GPUs are whole numbers: the prefix sums equal those of the victim order.
-                running = snap.running
-                pairs = sorted((-self.queue(snap, v), v.allocation.gpus if v.allocation is not None else 0)
-                               for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok)
-                held = [0.0]
-                for _, gpus in pairs:
-                    held.append(held[-1] + gpus)
-                rel = (snap, [q for q, _ in pairs], held)
-            self._releasable = rel
-        return rel[2][bisect_left(rel[1], -self.queue(snap, job))]
+            # The GPUs held by the jobs displaceable now, per queue, summed from the last queue up: a job of
+            # queue q may displace those of the queues above q. Each running job's queue is queue()'s, from the
+            # service it counts (_running_now: queue() is the number of thresholds at most that); GPUs are whole
+            # numbers, so the sums are those of any order (victim_key's included).
+            _, held, service, now = self._running_now(snap)
+            levels = len(self.thresholds) + 1
+            queues = np.searchsorted(np.asarray(self.thresholds, dtype=np.float64), service, side="right")
+            per_queue = np.bincount(queues[now], weights=held[now], minlength=levels).tolist()
+            above = [0.0] * levels
+            for q in range(levels - 2, -1, -1):
+                above[q] = above[q + 1] + per_queue[q + 1]
+            rel = self._releasable = (snap, above)
+        return rel[1][self.queue(snap, job)]
 
     def _running_now(self, snap: Snapshot) -> tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                                     npt.NDArray[np.bool_]]:
