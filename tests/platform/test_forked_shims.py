@@ -173,3 +173,22 @@ def test_the_linger_is_checked() -> None:
         LocalExecutor(end_linger_s=-0.1)
     with pytest.raises(ValueError, match="end_linger_s"):
         LocalExecutor(end_linger_s=5.0)
+
+
+def test_the_loop_is_woken_for_an_end_that_did_not_come_with_its_launch_only(tmp_path: Path) -> None:
+    ex = LocalExecutor(end_linger_s=1.0)
+    wakes: list[float] = []
+    ex.notify(lambda: wakes.append(time.monotonic()))
+    ex.launch(attempt_spec(tmp_path, command=("true",)))  # ended within the linger: the launch carries it
+    time.sleep(0.3)
+    assert wakes == []
+    assert len(ex.poll().ended) == 1
+    ex.close()
+    ex = LocalExecutor(end_linger_s=0.05)
+    ex.notify(lambda: wakes.append(time.monotonic()))
+    ex.launch(attempt_spec(tmp_path, command=WAIT_FOR_GO))
+    assert wakes == []
+    (tmp_path / "go").touch()
+    wait_until(lambda: len(wakes) >= 1, what="the watcher's wake for the end")
+    wait_until(lambda: len(ex.poll().ended) == 1, what="the end")
+    ex.close()

@@ -174,7 +174,10 @@ class LocalExecutor:
             self._registry.add(spec.job_id, spec.attempt,
                                _Attempt(spec, files, learners, Gang(spec.job_id, spec.attempt, ranks)))
             for learner in learners.values():
-                self._watcher.watch(learner.record.shim_pid, learner.record.shim_start)
+                # A shim that ended during the linger needs no watching: its end comes with the launch, whose
+                # completion wakes the loop (a watch would only wake it once more, for nothing).
+                if learner.popen is None or learner.popen.poll() is None:
+                    self._watcher.watch(learner.record.shim_pid, learner.record.shim_start)
         return {
             "executor": EXECUTOR_NAME, "job_id": spec.job_id, "attempt": spec.attempt,
             "host": socket.gethostname(), "boot_id": next(iter(records.values()))[1].boot_id,
