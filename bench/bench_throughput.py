@@ -20,6 +20,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
+import json
 import os
 import re
 import statistics
@@ -121,6 +123,62 @@ def tree_parts_s(server: Server) -> dict[str, float]:
     return parts
 
 
+_ROUNDS = re.compile(r"^loadmaster_rounds_total (\S+)", re.M)
+
+
+def rounds(server: Server) -> int:
+    with server.client(ADMIN) as c:
+        text = c.get("/metrics").text
+    found = _ROUNDS.search(text)
+    return int(float(found.group(1))) if found else 0
+
+
+def _pcts(values: list[float]) -> dict[str, float]:
+    if not values:
+        return {}
+    ordered = sorted(values)
+    at = lambda q: ordered[min(len(ordered) - 1, int(q * len(ordered)))]  # noqa: E731
+    return {"p50": round(at(0.5), 2), "p90": round(at(0.9), 2), "p99": round(at(0.99), 2),
+            "mean": round(statistics.fmean(ordered), 2)}
+
+
+def launch_latency(db_url: str) -> dict[str, Any]:
+    """Where a tiny job's time goes, from the store and the attempt's files (ms; percentiles over attempts):
+    booked -> running (the round's Start to the shim's pid file: the launch), running -> exited (the pid file
+    to the exit file: the learner and the shim's end), exited -> ended (the exit file to the round that
+    committed the end), and each GPU's idle gap (one attempt's end committed to the next one's Start on it)."""
+    import sqlalchemy as sa
+
+    engine = sa.create_engine(db_url)
+    try:
+        with engine.connect() as conn:
+            rows = conn.execute(sa.text("SELECT started_at, ended_at, log_dir, allocation FROM attempts "
+                                        "WHERE ended_at IS NOT NULL")).all()
+    finally:
+        engine.dispose()
+    launch, run, seen, booked_to_end = [], [], [], []
+    per_gpu: dict[tuple[str, int], list[tuple[float, float]]] = {}
+    for started, ended_at, log_dir, allocation in rows:
+        booked_to_end.append(1000 * (ended_at - started))
+        with contextlib.suppress(OSError):
+            pid_at = os.stat(Path(log_dir) / "rank-0.pid").st_mtime
+            exit_at = os.stat(Path(log_dir) / "rank-0.exit").st_mtime
+            launch.append(1000 * (pid_at - started))
+            run.append(1000 * (exit_at - pid_at))
+            seen.append(1000 * (ended_at - exit_at))
+        alloc = allocation if isinstance(allocation, dict) else json.loads(allocation)
+        for learner in alloc["learners"]:
+            for gpu in learner["gpu_ids"]:
+                per_gpu.setdefault((learner.get("node", ""), gpu), []).append((started, ended_at))
+    gaps = []
+    for spans in per_gpu.values():
+        spans.sort()
+        gaps += [1000 * (b[0] - a[1]) for a, b in itertools.pairwise(spans)]
+    return {"attempts": len(rows), "booked_to_running_ms": _pcts(launch), "running_to_exited_ms": _pcts(run),
+            "exited_to_ended_ms": _pcts(seen), "booked_to_ended_ms": _pcts(booked_to_end),
+            "gpu_idle_gap_ms": _pcts(gaps)}
+
+
 def queue_cli(server: Server, token: str, *args: str) -> float:
     return run_queue_cli(server, token, *args)[0]
 
@@ -133,6 +191,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         tree_cpu = tree_cpu_s(server)
         parts = tree_parts_s(server)
         load = os.getloadavg()[0]
+        rounds_before = rounds(server)
         client_cpu = cpu_s(os.getpid())
         first = time.perf_counter()
         submit_s, tally = asyncio.run(submit(server.url, token, args.clients, args.jobs, args.client))
@@ -165,6 +224,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         server_cpu = server.cpu_s() - server_cpu
         tree_cpu = tree_cpu_s(server) - tree_cpu
         parts = {k: v - parts.get(k, 0.0) for k, v in tree_parts_s(server).items()}
+        round_count = rounds(server) - rounds_before
+        latency = launch_latency(args.db or f"sqlite:///{tmp / 'data' / 'loadmaster.db'}")
     finally:
         code = server.stop()
         if args.server_log:  # its round lines ("loadmaster.rounds"): what each round did and how long it took
@@ -181,7 +242,8 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
            "server_cpu_ms_per_job": 1000 * server_cpu / max(1, done),
            "tree_cpu_ms_per_job": 1000 * tree_cpu / max(1, done),
            "tree_ms_per_job_by_part": {k: round(1000 * v / max(1, done), 2) for k, v in parts.items()},
-           "load_before": load, "server_exit": code,
+           "rounds": round_count, "rounds_per_job": round(round_count / max(1, done), 3),
+           "latency": latency, "load_before": load, "server_exit": code,
            "error_sample": errors[:3], "timeline": [(round(t, 2), n) for t, n in samples]}
     print_table([row], ["store", "jobs", "client", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
                         "ended_per_s_overall", "ended_per_s_steady", "ended_per_s_during_burst",
@@ -189,6 +251,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                         "server_cpu_ms_per_job", "tree_cpu_ms_per_job", "client_cpu_ms_per_submission",
                         "load_before"])
     print("tree CPU ms per job by part:", row["tree_ms_per_job_by_part"])
+    print(f"rounds: {round_count} ({row['rounds_per_job']} per job); latency ms:", latency)
     return row
 
 

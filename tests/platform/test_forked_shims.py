@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
+import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -126,4 +128,67 @@ def test_a_command_that_cannot_start_under_a_forked_shim_is_the_jobs_error(tmp_p
         ex.launch(attempt_spec(tmp_path, command=(str(tmp_path / "missing"),)))
     assert caught.value.user_error and "cannot start" in str(caught.value)
     assert ex.supervisor.pid is not None
+    ex.close()
+
+
+def test_a_gang_that_ends_at_once_brings_its_end_with_the_launch(tmp_path: Path) -> None:
+    # The control loop then confirms the launch and records the end in one round (two rounds a tiny job was
+    # the issue-10 regression: the launch returned at STARTED, before `true` had ended).
+    ex = LocalExecutor(end_linger_s=1.0)
+    spec = attempt_spec(tmp_path, command=("true",))
+    ex.launch(spec)
+    ended = ex.poll().ended
+    assert [(e.job_id, e.succeeded) for e in ended] == [(spec.job_id, True)]
+    ex.close()
+
+
+def test_a_gang_that_runs_on_is_not_held_past_the_linger_and_launches_linger_side_by_side(tmp_path: Path) -> None:
+    ex = LocalExecutor(end_linger_s=0.5)
+    specs = [attempt_spec(tmp_path, command=WAIT_FOR_GO, gang=learners(("n0", (i,)))) for i in range(4)]
+    ex.launch(specs[0])  # the supervisor is started by the first launch
+    took: list[float] = []
+
+    def launch(spec: object) -> None:
+        started = time.monotonic()
+        ex.launch(spec)  # type: ignore[arg-type]
+        took.append(time.monotonic() - started)
+
+    started = time.monotonic()
+    threads = [threading.Thread(target=launch, args=(spec,)) for spec in specs[1:]]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    wall = time.monotonic() - started
+    assert len(took) == 3 and all(0.5 <= t < 5 for t in took)  # each lingered, for its linger only
+    assert wall < 1.4, wall  # three lingers side by side, not one after another (1.5 s)
+    assert ex.poll().ended == ()
+    (tmp_path / "go").touch()
+    wait_until(lambda: len(ex.poll().ended) == 4, what="the four gangs' ends")
+    ex.close()
+
+
+def test_the_linger_is_checked() -> None:
+    with pytest.raises(ValueError, match="end_linger_s"):
+        LocalExecutor(end_linger_s=-0.1)
+    with pytest.raises(ValueError, match="end_linger_s"):
+        LocalExecutor(end_linger_s=5.0)
+
+
+def test_the_loop_is_woken_for_an_end_that_did_not_come_with_its_launch_only(tmp_path: Path) -> None:
+    ex = LocalExecutor(end_linger_s=1.0)
+    wakes: list[float] = []
+    ex.notify(lambda: wakes.append(time.monotonic()))
+    ex.launch(attempt_spec(tmp_path, command=("true",)))  # ended within the linger: the launch carries it
+    time.sleep(0.3)
+    assert wakes == []
+    assert len(ex.poll().ended) == 1
+    ex.close()
+    ex = LocalExecutor(end_linger_s=0.05)
+    ex.notify(lambda: wakes.append(time.monotonic()))
+    ex.launch(attempt_spec(tmp_path, command=WAIT_FOR_GO))
+    assert wakes == []
+    (tmp_path / "go").touch()
+    wait_until(lambda: len(wakes) >= 1, what="the watcher's wake for the end")
+    wait_until(lambda: len(ex.poll().ended) == 1, what="the end")
     ex.close()

@@ -25,6 +25,7 @@ import os
 import select
 import signal
 import socket
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -115,6 +116,7 @@ class LocalExecutor:
         clock: Callable[[], float] = time.time,
         survey_root: Path | None = None,
         sandbox: str | None = None,
+        end_linger_s: float = 0.01,
     ) -> None:
         self.gpu_map = None if gpu_map is None else {node: tuple(ids) for node, ids in gpu_map.items()}
         self.failure_grace_s = failure_grace_s
@@ -127,6 +129,12 @@ class LocalExecutor:
         self._watcher = _ExitWatcher()
         self.supervisor = ShimSupervisor(start_timeout_s)  # forks the shims (supervisor.py)
         self.sandbox = sandbox  # the bwrap binary (sandbox.find_bwrap); None: learners run unconfined
+        if not 0.0 <= end_linger_s <= 1.0:
+            raise ValueError(f"end_linger_s must be between 0 and 1 s, not {end_linger_s!r}")
+        # How long launch() waits, once every learner runs, for a gang that ends at once (`true`, a command
+        # that fails on its first line): its end then comes with the launch's handle, and the control loop
+        # confirms the launch and records the end in one round instead of two.
+        self.end_linger_s = end_linger_s
 
     # ------------------------------------------------------------------------------------------- launch
 
@@ -157,6 +165,7 @@ class LocalExecutor:
             }
             offsets = {rank: size_of(files.report(rank)) for rank in requests}
             records = _start_gang(spec, requests, self.start_timeout_s, self.supervisor)
+            _linger([popen for popen, _ in records.values()], self.end_linger_s)
             learners = {
                 rank: _Learner(rank, record, popen, offsets[rank], JsonLines(str(files.report(rank))))
                 for rank, (popen, record) in records.items()
@@ -165,7 +174,10 @@ class LocalExecutor:
             self._registry.add(spec.job_id, spec.attempt,
                                _Attempt(spec, files, learners, Gang(spec.job_id, spec.attempt, ranks)))
             for learner in learners.values():
-                self._watcher.watch(learner.record.shim_pid, learner.record.shim_start)
+                # A shim that ended during the linger needs no watching: its end comes with the launch, whose
+                # completion wakes the loop (a watch would only wake it once more, for nothing).
+                if learner.popen is None or learner.popen.poll() is None:
+                    self._watcher.watch(learner.record.shim_pid, learner.record.shim_start)
         return {
             "executor": EXECUTOR_NAME, "job_id": spec.job_id, "attempt": spec.attempt,
             "host": socket.gethostname(), "boot_id": next(iter(records.values()))[1].boot_id,
@@ -479,6 +491,23 @@ def _start_gang(
     # job's input, not the machine.
     raise LaunchError(f"job {spec.job_id} attempt {spec.attempt}: learner {rank} could not start: {reason}",
                       user_error=popens[rank].returncode == CANNOT_START)
+
+
+def _linger(popens: Sequence[ShimProcess], linger_s: float) -> None:
+    """Wait up to `linger_s` for every shim of a gang that just started to end (a learner as short as its
+    launch); return as soon as one is still running then, or at once when all have ended. A shim forked by the
+    supervisor ends on its status pipe (one select), one of our own on its exit."""
+    deadline = time.monotonic() + linger_s
+    for popen in popens:
+        left = deadline - time.monotonic()
+        try:
+            if left <= 0:
+                if popen.poll() is None:
+                    return
+            else:
+                popen.wait(timeout=left)
+        except subprocess.TimeoutExpired:
+            return
 
 
 def _read_reports(att: _Attempt, *, final: bool) -> list[Progress]:
