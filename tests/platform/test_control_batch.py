@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from sqlalchemy import event, select
+from sqlalchemy import event, select, text
 
 from loadmaster.core.job import JobStatus
 from loadmaster.platform.control.batch import ATTEMPTS, Batch, commit
@@ -148,8 +148,11 @@ def test_update_changed_writes_the_changed_columns_and_leaves_the_session(tmp_pa
     store, ids = _store_with_jobs(tmp_path, 2)
     try:
         with store.session() as s:
+            s.get_one(Job, ids[0]).allocation = {"learners": [], "master_port": 1}
+        with store.session() as s:
             a, b = (s.get_one(Job, i) for i in ids)
             a.priority = 7
+            a.allocation = None  # SQL NULL, not JSON null: "allocation IS NULL" says a job books nothing
             b.wait_reason = "quota"
             b.priority = b.priority  # not a change
             assert update_changed(s, [a, b], {"change_seq": 99}) == 2
@@ -158,5 +161,8 @@ def test_update_changed_writes_the_changed_columns_and_leaves_the_session(tmp_pa
         with store.session() as s:
             rows = {j.id: (j.priority, j.wait_reason, j.change_seq) for j in s.execute(select(Job)).scalars()}
         assert rows == {ids[0]: (7, "", 99), ids[1]: (0, "quota", 99)}
+        with store.session() as s:
+            unbooked = s.execute(text("SELECT id FROM jobs WHERE allocation IS NULL")).scalars()
+            assert sorted(unbooked) == sorted(ids)
     finally:
         store.close()
