@@ -27,6 +27,8 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy import event
+
 from bench_control import add_tenants, submit
 from common import print_table, write_results
 from loadmaster.core.cluster import Cluster, Node
@@ -96,14 +98,34 @@ class BenchExecutor:
 
 
 class Timed:
-    def __init__(self, loop: ControlLoop) -> None:
+    """Times the measured rounds and counts their statements (each a round trip on PostgreSQL) and commits, on
+    every engine of the store."""
+
+    def __init__(self, loop: ControlLoop, store: Store) -> None:
         self.loop = loop
         self.rows: dict[str, list[tuple[TickReport, float]]] = {}
+        self.counts: dict[str, list[tuple[int, int]]] = {}
+        self._statements = self._commits = 0
+        self._on = False
+        engines = {id(e): e for e in (store.engine, getattr(store, "reader", None) or store.engine)}
+        for engine in engines.values():
+            event.listen(engine, "before_cursor_execute", self._statement)
+            event.listen(engine, "commit", self._commit)
+
+    def _statement(self, *_: Any) -> None:
+        self._statements += self._on
+
+    def _commit(self, *_: Any) -> None:
+        self._commits += self._on
 
     def tick(self, kind: str) -> TickReport:
+        self._statements = self._commits = 0
+        self._on = True
         before = time.thread_time()
         report = self.loop.tick()
         self.rows.setdefault(kind, []).append((report, time.thread_time() - before))
+        self._on = False
+        self.counts.setdefault(kind, []).append((self._statements, self._commits))
         assert report.store_error is None, report.store_error
         return report
 
@@ -113,7 +135,8 @@ def pct(values: list[float], q: float) -> float:
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
 
-def summarise(kind: str, rows: list[tuple[TickReport, float]], note: str) -> dict[str, Any]:
+def summarise(kind: str, rows: list[tuple[TickReport, float]], counts: list[tuple[int, int]],
+              note: str) -> dict[str, Any]:
     wall = [r.duration_s * 1000 for r, _ in rows]
     cpu = [c * 1000 for _, c in rows]
     core = [r.decide_only_s * 1000 for r, _ in rows]
@@ -122,7 +145,9 @@ def summarise(kind: str, rows: list[tuple[TickReport, float]], note: str) -> dic
             "wall_p50_ms": statistics.median(wall), "wall_p99_ms": pct(wall, 0.99), "wall_max_ms": max(wall),
             "cpu_p50_ms": statistics.median(cpu), "decide_p50_ms": statistics.median(core),
             "decide_p99_ms": pct(core, 0.99), "loop_own_p50_ms": statistics.median(own),
-            "loop_own_p99_ms": pct(own, 0.99), "loop_own_max_ms": max(own), "note": note}
+            "loop_own_p99_ms": pct(own, 0.99), "loop_own_max_ms": max(own),
+            "statements": sum(n for n, _ in counts) / len(counts), "commits": sum(c for _, c in counts) / len(counts),
+            "note": note}
 
 
 def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
@@ -134,7 +159,7 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     executor = BenchExecutor()
     loop = ControlLoop(store, cluster, executor, JobDirs(tmp / "data"), policy=make_policy(args.policy),
                        placer=make_placer("pack"), grace_s=1.0, estimates=False, reconcile_s=3600.0)
-    timed = Timed(loop)
+    timed = Timed(loop, store)
     try:
         started = time.perf_counter()
         submit(store, tenant_ids, rng, RUNNING, [1])
@@ -177,13 +202,15 @@ def run(args: argparse.Namespace, tmp: Path) -> list[dict[str, Any]]:
     notes = {"idle": "nothing changed", "submit": "5 submissions read, decided, their wait reasons written",
              "churn": "5 ends recorded, 5 successors started in one statement",
              "cancel": "a cancel's stop written (its end and successor follow)"}
-    rows = [summarise(kind, timed.rows[kind], notes[kind]) for kind in ("idle", "submit", "churn", "cancel")]
+    rows = [summarise(kind, timed.rows[kind], timed.counts[kind], notes[kind])
+            for kind in ("idle", "submit", "churn", "cancel")]
     store_name = url.split(":")[0].split("+")[0]
     print(f"{RUNNING} running on {NODES}x{GPUS} GPUs (set up in {setup_s:.1f} s), {QUEUED} queued (read and first "
           f"decided in {first.duration_s:.2f} s, {queued_s:.1f} s with their submission); policy {args.policy}; "
           f"store {store_name}")
     print_table(rows, ["rounds", "n", "decided", "wall_p50_ms", "wall_p99_ms", "wall_max_ms", "cpu_p50_ms",
-                       "decide_p50_ms", "decide_p99_ms", "loop_own_p50_ms", "loop_own_p99_ms", "loop_own_max_ms"])
+                       "decide_p50_ms", "decide_p99_ms", "loop_own_p50_ms", "loop_own_p99_ms", "loop_own_max_ms",
+                       "statements", "commits"])
     return [{**r, "store": store_name, "running": RUNNING, "queued": QUEUED, "policy": args.policy} for r in rows]
 
 

@@ -10,23 +10,31 @@ only once the transaction has committed. So:
   and the stager's results, the flags in the store) offer them again at the next round: a failed write is
   retried, never dropped;
 - any other error in one item (a bug) rolls back that item alone, drops its effects and is logged; the
-  others commit. Items run without savepoints first (one flush for the whole batch, the cheap common case);
-  a batch in which one item fails, or whose flush fails, is made again from the start with a savepoint (and
-  so a flush) per item, which finds the item to blame.
+  others commit. Items run without savepoints first (one write for the whole batch, the cheap common case);
+  a batch in which one item fails, or whose write fails, is made again from the start with a savepoint (and
+  so a write) per item, which finds the item to blame.
+
+The batch writes its rows itself, as Core statements (store/writes.py), not through the ORM's flush: the
+changed columns of the jobs and of the attempts it read, one UPDATE executemany per table, and the rows it
+adds (attempts started, history rows: insert(), transition()), one INSERT per table, every job row stamped
+with the transaction's change number. A round that ends and starts a few jobs writes each table once.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable
-from typing import TypeVar
+from typing import Any, TypeVar, cast
 
-from sqlalchemy import and_, bindparam, select
-from sqlalchemy.orm import Session
+from sqlalchemy import Table, and_, bindparam, select
+from sqlalchemy.orm import Session, defer
 
+from loadmaster.core.job import JobStatus
 from loadmaster.platform.store.changes import number_now
 from loadmaster.platform.store.db import Store, transient
-from loadmaster.platform.store.models import Attempt, Job, Tenant
+from loadmaster.platform.store.jobs import transition_row
+from loadmaster.platform.store.models import Attempt, Job, Tenant, Transition
+from loadmaster.platform.store.writes import insert_rows, update_changed
 
 log = logging.getLogger("loadmaster.control")
 
@@ -37,10 +45,16 @@ Effect = Callable[[], None]
 # for a handful of jobs). The jobs, their tenants and their open attempts in one statement (one round trip on
 # PostgreSQL instead of three); only the jobs' rows are locked (FOR UPDATE OF jobs: the outer join's nullable
 # side cannot be, and a start reads its tenant's row unlocked, as tenant() does).
+# The manifest is not read: no hand-off reads it from the row (the loop keeps every job's, parsed), and decoding
+# its JSON was most of the cost of loading a job.
 _JOBS = select(Job, Tenant, Attempt).join(Tenant, Tenant.id == Job.tenant_id) \
     .outerjoin(Attempt, and_(Attempt.job_id == Job.id, Attempt.ended_at.is_(None))) \
     .where(Job.id.in_(bindparam("ids", expanding=True))).with_for_update(of=Job) \
-    .execution_options(populate_existing=True)
+    .options(defer(Job.manifest)).execution_options(populate_existing=True)
+
+
+ATTEMPTS = cast(Table, Attempt.__table__)
+TRANSITIONS = cast(Table, Transition.__table__)
 
 
 class _Careful(Exception):
@@ -59,10 +73,39 @@ class Batch:
         self._open: dict[tuple[str, int], Attempt] = {}  # prefetched open attempts
         self._tenants: dict[int, Tenant] = {}
         self.failed: list[str] = []  # items rolled back by an error that is not the store's
+        self._inserts: dict[Table, list[dict[str, Any]]] = {}  # rows to add, written by write()
 
     def after(self, effect: Effect) -> None:
         """Run `effect` once the transaction has committed (never if it does not)."""
         self._effects.append(effect)
+
+    def insert(self, table: Table, row: dict[str, Any]) -> None:
+        """A row to add, written with the batch's other writes (every row of a table with the same keys)."""
+        self._inserts.setdefault(table, []).append(row)
+
+    def transition(self, job: Job, new: JobStatus, reason: str) -> None:
+        """Move the job to `new` (store/jobs.py's one transition table) and add its history row."""
+        self.insert(TRANSITIONS, transition_row(job, new, self.now, reason))
+
+    def write(self) -> None:
+        """Write what the items so far changed and added: the jobs' and attempts' changed columns (one UPDATE
+        per table), then the added rows (one INSERT per table). The objects written leave the session: a
+        later read in this batch reads them again (locked already)."""
+        s = self.s
+        dirty = s.dirty  # a new set at each access
+        jobs = [o for o in dirty if isinstance(o, Job)]
+        if jobs:
+            update_changed(s, jobs, {"change_seq": number_now(s)})
+            self._fetched.difference_update(j.id for j in jobs if j not in s)
+        attempts = [o for o in dirty if isinstance(o, Attempt)]
+        if attempts:
+            update_changed(s, attempts)
+            for a in attempts:
+                if a not in s:
+                    self._open.pop((a.job_id, a.number), None)
+        inserts, self._inserts = self._inserts, {}
+        for table, rows in inserts.items():
+            insert_rows(s, table, rows)
 
     def claim(self, job_id: str) -> bool:
         """At most one hand-off per job and batch moves it: the next round sees where the first left it."""
@@ -87,7 +130,8 @@ class Batch:
                         raise
                     raise _Careful(what(item)) from err
             try:
-                self.s.flush()  # every item's writes at once: alike rows go in one statement
+                self.write()  # every item's writes at once: one statement per table
+                self.s.flush()  # anything else the items added through the ORM
             except Exception as err:
                 if transient(err):
                     raise
@@ -99,6 +143,7 @@ class Batch:
             savepoint = self.s.begin_nested()
             try:
                 fn(self, item)
+                self.write()
                 savepoint.commit()
             except Exception as err:
                 if transient(err):
@@ -106,6 +151,7 @@ class Batch:
                 # Rolled back even when inactive: a failed flush leaves the savepoint deactivated (not
                 # closed), and the session takes no further statement until it is.
                 savepoint.rollback()
+                self._inserts.clear()
                 del self._effects[mark:]
                 self._claimed = claimed
                 self.failed.append(what(item))
@@ -129,7 +175,7 @@ class Batch:
         batch holds the database's write lock from its BEGIN)."""
         if job_id in self._fetched:
             return self.s.get(Job, job_id)
-        return self.s.execute(select(Job).where(Job.id == job_id).with_for_update()
+        return self.s.execute(select(Job).where(Job.id == job_id).with_for_update().options(defer(Job.manifest))
                               .execution_options(populate_existing=True)).scalar_one_or_none()
 
     def attempt(self, job_id: str, number: int) -> Attempt | None:
@@ -175,4 +221,10 @@ def _made(store: Store, now: float, fill: Callable[[Batch], None], careful: bool
         number_now(s)  # its rows are stamped as they are written (store/changes.py)
         batch = Batch(s, now, careful)
         fill(batch)
+        try:
+            batch.write()  # what fill() changed outside each()
+        except Exception as err:
+            if transient(err) or careful:
+                raise
+            raise _Careful("the batch's writes") from err
     return batch

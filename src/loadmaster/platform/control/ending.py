@@ -31,7 +31,7 @@ from loadmaster.platform.control.outcomes import (
 from loadmaster.platform.control.stages import StageDone
 from loadmaster.platform.control.state import CANCELLED_BY_USER, HALTED_BY_USER, PendingStart, RunState, StopKind
 from loadmaster.platform.failures import decide_retry
-from loadmaster.platform.store.jobs import BOOKING, transition
+from loadmaster.platform.store.jobs import BOOKING
 from loadmaster.platform.store.models import Attempt, Job
 from loadmaster.platform.usage import PREEMPTED
 from loadmaster.runtime.checkpoints import checkpoint_step, latest_checkpoint
@@ -93,16 +93,16 @@ def _settle(ctx: Context, job_id: str, number: int, run: RunState | None) -> Non
 
 def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, run: RunState | None) -> None:
     """The job's next status."""
-    s, now, report = b.s, b.now, ctx.report
+    now, report = b.now, ctx.report
     if job.cancel_requested and not isinstance(outcome, Succeeded):
         attempt.retry_decision = f"cancelled ({CANCELLED_BY_USER})"
-        transition(s, job, JobStatus.CANCELLED, now, CANCELLED_BY_USER)
+        b.transition(job, JobStatus.CANCELLED, CANCELLED_BY_USER)
         report.cancelled.append(job.id)
         return
     if job.halt_requested and not isinstance(outcome, Succeeded) and not (
             isinstance(outcome, Stopped) and outcome.intent.kind in (StopKind.CANCEL, StopKind.RUNTIME)):
         attempt.retry_decision = f"halted ({HALTED_BY_USER})"
-        transition(s, job, JobStatus.HALTED, now, HALTED_BY_USER)
+        b.transition(job, JobStatus.HALTED, HALTED_BY_USER)
         report.halted.append(job.id)
         return
     if isinstance(outcome, Succeeded) and attempt.smoke_test_s is not None:
@@ -120,23 +120,23 @@ def _next(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Outcome, 
             attempt.retry_decision = decision.reason
             reason = f"{failure.category.value}: {failure.evidence}; {decision.reason}"
             if decision.retry:
-                transition(s, job, JobStatus.QUEUED, now, reason)
+                b.transition(job, JobStatus.QUEUED, reason)
                 report.retried.append(job.id)
                 b.after(ctx.metrics.retries.inc)
             else:
-                transition(s, job, JobStatus.FAILED, now, reason)
+                b.transition(job, JobStatus.FAILED, reason)
                 report.failed.append(job.id)
         case Stopped():
             _stopped(b, ctx, job, attempt, outcome, run)
         case Lost(why=why):
             attempt.failure_category = C.INFRASTRUCTURE.value
             attempt.retry_decision = "requeued: the platform lost the attempt, not the job's fault"
-            transition(s, job, JobStatus.QUEUED, now, f"requeued: {why}")
+            b.transition(job, JobStatus.QUEUED, f"requeued: {why}")
             report.requeued.append(job.id)
         case NotLaunched(why=why):
             attempt.failure_category = C.INFRASTRUCTURE.value
             attempt.retry_decision = "not launched: not the job's failure; it waits in the queue and is tried again"
-            transition(s, job, JobStatus.QUEUED, now, f"not launched: {why}")
+            b.transition(job, JobStatus.QUEUED, f"not launched: {why}")
             job.wait_reason = "launch_failed"
             report.requeued.append(job.id)
             b.after(lambda: _back_off(ctx, job.id, now))
@@ -149,17 +149,17 @@ def _succeeded(b: Batch, ctx: Context, job: Job, run: RunState | None, why: str 
     why = why or f"all {learners} learner(s) exited 0"
     if url:
         # The learners are gone: their GPUs are free while the results are copied.
-        transition(b.s, job, JobStatus.STORING, b.now, f"{why}; copying results to {url}")
+        b.transition(job, JobStatus.STORING, f"{why}; copying results to {url}")
         ctx.report.stored.append(job.id)
         job_id, number = job.id, job.attempts
         b.after(lambda: ctx.upload(job_id, number))
         return
-    transition(b.s, job, JobStatus.COMPLETED, b.now, why)
+    b.transition(job, JobStatus.COMPLETED, why)
     ctx.report.completed.append(job.id)
 
 
 def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stopped, run: RunState | None) -> None:
-    s, now, report = b.s, b.now, ctx.report
+    now, report = b.now, ctx.report
     stop = outcome.intent
     if stop.kind is StopKind.PREEMPT:
         attempt.failure_category = C.PREEMPTED.value
@@ -169,29 +169,29 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         _, saved_at = _checkpoint(ctx, job.id)
         attempt.lost_s = max(0.0, now - max(attempt.started_at, saved_at or attempt.started_at))
         job.preemptions += 1
-        transition(s, job, JobStatus.HALTED, now, stop.detail)
+        b.transition(job, JobStatus.HALTED, stop.detail)
         target = run.move_to if run is not None else None
         if target is None:
-            transition(s, job, JobStatus.QUEUED, now, "requeued after preemption")
+            b.transition(job, JobStatus.QUEUED, "requeued after preemption")
         else:
             # A move: it restarts at once where decide() meant it to, the target held for it meanwhile (a
             # stale target, its GPUs taken or its node down, sends it to the scheduler like any other).
             nodes = ", ".join(sorted({ctx.cluster.nodes[i].name for i in target.learner_nodes}))
-            transition(s, job, JobStatus.QUEUED, now, f"restarting on {nodes}, where it was moved")
+            b.transition(job, JobStatus.QUEUED, f"restarting on {nodes}, where it was moved")
             moved = PendingStart(job.id, target, now, hint=True)
             b.after(lambda: ctx.pending.__setitem__(moved.job_id, moved))
         report.requeued.append(job.id)
     elif stop.kind is StopKind.HALT:
         attempt.retry_decision = f"halted ({stop.detail})"
-        transition(s, job, JobStatus.HALTED, now, stop.detail)
+        b.transition(job, JobStatus.HALTED, stop.detail)
         report.halted.append(job.id)
     elif stop.kind is StopKind.CANCEL:
         attempt.retry_decision = f"cancelled ({stop.detail})"
-        transition(s, job, JobStatus.CANCELLED, now, stop.detail)
+        b.transition(job, JobStatus.CANCELLED, stop.detail)
         report.cancelled.append(job.id)
     elif stop.kind is StopKind.RUNTIME:
         attempt.retry_decision = f"not retried: {stop.detail}"
-        transition(s, job, JobStatus.FAILED, now, stop.detail)
+        b.transition(job, JobStatus.FAILED, stop.detail)
         report.failed.append(job.id)
     elif stop.kind is StopKind.SMOKE:
         _smoke_passed(b, ctx, job, attempt, stop.detail)
@@ -207,14 +207,14 @@ def _stopped(b: Batch, ctx: Context, job: Job, attempt: Attempt, outcome: Stoppe
         b.after(lambda: ctx.pending.__setitem__(pending.job_id, pending))
     else:  # a resize whose target was lost with a restart: start again at whatever size fits
         attempt.retry_decision = f"requeued: {stop.detail} (the new size was lost in a restart)"
-        transition(s, job, JobStatus.QUEUED, now, "requeued: a resize was cut short by a server restart")
+        b.transition(job, JobStatus.QUEUED, "requeued: a resize was cut short by a server restart")
         report.requeued.append(job.id)
 
 
 def _smoke_passed(b: Batch, ctx: Context, job: Job, attempt: Attempt, detail: str) -> None:
     """The one-GPU smoke test passed: QUEUED for the whole gang, not tested again unless it fails."""
     attempt.retry_decision = f"smoke test passed ({detail})"
-    transition(b.s, job, JobStatus.QUEUED, b.now, f"smoke test passed ({detail}); queued for its whole gang")
+    b.transition(job, JobStatus.QUEUED, f"smoke test passed ({detail}); queued for its whole gang")
     ctx.report.requeued.append(job.id)
     job_id, failures = job.id, job.failures
     job.smoke_passed = failures  # in the store too: a restarted server does not test it again
@@ -250,10 +250,10 @@ def stored(b: Batch, ctx: Context, done: StageDone) -> None:
         return  # cancelled while its results were copied
     if done.error is None:
         files = done.staged.files if done.staged is not None else 0
-        transition(b.s, job, JobStatus.COMPLETED, b.now, f"results copied to {done.url} ({files} files)")
+        b.transition(job, JobStatus.COMPLETED, f"results copied to {done.url} ({files} files)")
         ctx.report.completed.append(job.id)
     else:
-        transition(b.s, job, JobStatus.FAILED, b.now, f"storing results failed: {done.error}")
+        b.transition(job, JobStatus.FAILED, f"storing results failed: {done.error}")
         ctx.report.failed.append(job.id)
 
 
@@ -270,7 +270,7 @@ def unbook(b: Batch, ctx: Context, job_id: str, why: str) -> None:
         return  # it has one after all (started since this was found)
     status = JobStatus(job.status)
     if status in BOOKING:
-        transition(b.s, job, JobStatus.QUEUED, b.now, f"requeued: {why}")
+        b.transition(job, JobStatus.QUEUED, f"requeued: {why}")
         ctx.report.requeued.append(job_id)
     elif job.allocation is not None:
         job.allocation = None

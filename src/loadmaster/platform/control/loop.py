@@ -410,9 +410,16 @@ class ControlLoop:
                 ends.append(ev.Ended(ended, None))  # an attempt nobody waits for: settled all the same
         events += launches + ends
         events += requests.pending_requests(ctx)
-        for run in ctx.runs.values():
-            intent = runtime_exceeded(run, ctx.manifest(run.job_id).max_runtime_s, now) or \
-                (run.early_stop if run.stop is None else None) or smoke_done(ctx, run, now)
+        manifests = ctx.manifests
+        for run in ctx.runs.values():  # every running job, every round: the cheap tests first
+            if run.stop is not None:
+                continue  # stopping already: none of these applies
+            if run.running_since is None:
+                intent = run.early_stop  # a time limit or a smoke test counts from the learners' start
+            else:
+                manifest = manifests.get(run.job_id) or ctx.manifest(run.job_id)
+                intent = runtime_exceeded(run, manifest.max_runtime_s, now) or run.early_stop or \
+                    smoke_done(ctx, run, now)
             if intent is not None:
                 events.append(ev.Stop(run.job_id, intent))
         events += self._pending_starts(now)

@@ -16,7 +16,6 @@ from loadmaster.platform.control.events import Requested, Stop
 from loadmaster.platform.control.state import CANCELLED_BY_USER, HALTED_BY_USER, Phase, StopIntent, StopKind
 from loadmaster.platform.control.stopping import stop
 from loadmaster.platform.control.table import JobRow
-from loadmaster.platform.store.jobs import transition
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.snapshot import Snapshot
@@ -52,11 +51,11 @@ def carry_out(b: Batch, ctx: Context, row: JobRow) -> None:
         return
     status = JobStatus(job.status)
     if cancel and not status.terminal:
-        transition(b.s, job, JobStatus.CANCELLED, b.now, CANCELLED_BY_USER)
+        b.transition(job, JobStatus.CANCELLED, CANCELLED_BY_USER)
         ctx.report.cancelled.append(job.id)
     elif not cancel and job.halt_requested and status in (JobStatus.QUEUED, JobStatus.PROCESSING,
                                                           JobStatus.DOWNLOADING):
-        transition(b.s, job, JobStatus.HALTED, b.now, HALTED_BY_USER)
+        b.transition(job, JobStatus.HALTED, HALTED_BY_USER)
         ctx.report.halted.append(job.id)
     else:  # results are being copied (nothing left to halt), or the job ended meanwhile
         job.halt_requested = False

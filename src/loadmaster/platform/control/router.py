@@ -34,7 +34,6 @@ from loadmaster.platform.control.outcomes import Failed, of_end, of_launch_error
 from loadmaster.platform.control.stages import StageDone, StageKind
 from loadmaster.platform.control.state import PendingStart, Phase, StopIntent, StopKind
 from loadmaster.platform.failures import Classification, read_tail
-from loadmaster.platform.store.jobs import transition
 
 log = logging.getLogger("loadmaster.control")
 
@@ -154,7 +153,7 @@ def _reject(b: Batch, ctx: Context, job_id: str, reason: str) -> None:
     job = b.job(job_id)
     if job is None or job.status != JobStatus.QUEUED.value:
         return
-    transition(b.s, job, JobStatus.FAILED, b.now, f"rejected: {reason}")
+    b.transition(job, JobStatus.FAILED, f"rejected: {reason}")
     ctx.report.rejected.append(job_id)
     b.after(lambda: ctx.changed(job_id))
 

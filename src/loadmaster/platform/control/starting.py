@@ -30,13 +30,12 @@ from loadmaster.platform.control.allocation import (
     keep_gpus,
     to_document,
 )
-from loadmaster.platform.control.batch import Batch
+from loadmaster.platform.control.batch import ATTEMPTS, Batch
 from loadmaster.platform.control.context import Context
 from loadmaster.platform.control.stages import StageDone
 from loadmaster.platform.control.state import PendingStart, Phase, RunState
 from loadmaster.platform.executors.base import AttemptSpec, LearnerSpec
 from loadmaster.platform.manifest import JobManifest
-from loadmaster.platform.store.jobs import transition
 from loadmaster.platform.store.models import Attempt
 from loadmaster.platform.tenancy import prepare_job_dirs
 from loadmaster.runtime import env as contract
@@ -129,13 +128,14 @@ def start(b: Batch, ctx: Context, st: Statement, job_id: str, alloc: Allocation,
         job.first_started_at = now
     data = bool(manifest.data) and not relaunch
     smoke = None if relaunch else ctx.smoke_test(job_id, alloc.gpus, job.failures, job.target_learners)
-    b.s.add(Attempt(job_id=job_id, number=number, started_at=now, allocation=doc, outcome="launching",
-                    log_dir=str(ctx.dirs.logs(job_id, number)), smoke_test_s=smoke))
+    b.insert(ATTEMPTS, {"job_id": job_id, "number": number, "started_at": now, "ended_at": None, "allocation": doc,
+                        "exit_codes": None, "outcome": "launching", "failure_category": None, "retry_decision": None,
+                        "log_dir": str(ctx.dirs.logs(job_id, number)), "lost_s": None, "smoke_test_s": smoke})
     nodes = ", ".join(sorted({ls.node for ls in learners}))
     if data:
-        transition(b.s, job, JobStatus.DOWNLOADING, now, f"staging data from {manifest.data}")
+        b.transition(job, JobStatus.DOWNLOADING, f"staging data from {manifest.data}")
     elif not relaunch:
-        transition(b.s, job, JobStatus.PROCESSING, now, f"{len(learners)} learner(s) launching on {nodes}")
+        b.transition(job, JobStatus.PROCESSING, f"{len(learners)} learner(s) launching on {nodes}")
     ctx.tenancy_now(b.tenant(job.tenant_id), job_id)  # the tenant's roots and user as they are now
     spec = attempt_spec(ctx, job_id, number, manifest, tuple(learners), port)
     # Only a job with a time limit needs what its earlier attempts ran (max_runtime_s counts them all).
@@ -252,7 +252,7 @@ def staged(b: Batch, ctx: Context, run: RunState, done: StageDone) -> None:
         b.after(lambda: ctx.stager.forget(done))
         return
     nodes = ", ".join(sorted({ls.node for ls in run.spec.learners}))
-    transition(b.s, job, JobStatus.PROCESSING, b.now, f"data staged; {len(run.spec.learners)} learner(s) "
+    b.transition(job, JobStatus.PROCESSING, f"data staged; {len(run.spec.learners)} learner(s) "
                                                      f"launching on {nodes}")
 
     def effect() -> None:
@@ -307,7 +307,7 @@ def adopted(b: Batch, ctx: Context, run: RunState, status: JobStatus, found_with
     if job.run_started_at is None:
         job.run_started_at = run.running_since
     if status is JobStatus.QUEUED and job.status == JobStatus.QUEUED.value:
-        transition(b.s, job, JobStatus.PROCESSING, b.now, "learners found running after a server restart")
+        b.transition(job, JobStatus.PROCESSING, "learners found running after a server restart")
     if found_without_handle:
         b.after(lambda: log.info("job %s attempt %d: learners of a launch cut short by a restart found and "
                                  "adopted", run.job_id, run.attempt))

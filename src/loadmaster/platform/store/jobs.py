@@ -69,6 +69,13 @@ def _first_entry(job_id: str, now: float) -> dict[str, Any]:
 
 def transition(s: Session, job: Job, new: JobStatus, now: float, reason: str) -> None:
     """Move `job` to `new` (IllegalTransition if the table forbids it) and record the change."""
+    s.add(Transition(**transition_row(job, new, now, reason)))
+
+
+def transition_row(job: Job, new: JobStatus, now: float, reason: str) -> dict[str, Any]:
+    """transition() for a writer that inserts the history rows itself (the control loop's batches: one INSERT
+    for all of a round's): `job` is moved to `new` (IllegalTransition if the table forbids it) and the
+    history row to write is returned, not added to a session."""
     old = JobStatus(job.status)
     check_transition(job.id, old, new)
     job.status = new.value
@@ -86,4 +93,4 @@ def transition(s: Session, job: Job, new: JobStatus, now: float, reason: str) ->
         job.wait_reason = ""
         job.halt_requested = False
         job.cancel_requested = False
-    s.add(Transition(job_id=job.id, from_status=old.value, to_status=new.value, at=now, reason=reason))
+    return {"job_id": job.id, "from_status": old.value, "to_status": new.value, "at": now, "reason": reason}
