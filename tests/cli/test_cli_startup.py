@@ -64,7 +64,7 @@ def test_every_policy_name_makes_its_policy(name: str) -> None:
     policy = make_policy(name)
     assert policy.name == name.removesuffix("-strict")
     assert POLICIES[name]() is not policy  # a fresh policy per call: policies hold per-run state
-    assert type(policy) is POLICIES[name].cls  # the class, for its signature (the server's checkpoint interval)
+    assert type(policy) is POLICIES[name].target  # the class, for its signature (the server's checkpoint interval)
     assert getattr(policy, "strict", False) is (name == "fifo-strict")
 
 

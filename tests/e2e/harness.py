@@ -204,6 +204,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(timeout=10)
+        # A round that raised is a bug whatever the scenario (store errors, injected or not, are not that)
+        assert "control loop round failed" not in self.log(), self.log()[-6000:]
         return self.proc.returncode
 
     # -- talking to it -----------------------------------------------------------------------------------

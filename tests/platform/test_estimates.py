@@ -23,6 +23,8 @@ from loadmaster.platform.estimates import (
 )
 from loadmaster.platform.store.models import Estimate, Job
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer, make_policy
+from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.placement.per_job import PerJobPlacer
 from loadmaster.sim.forecast import forecast
 from tests.platform.control_fixtures import Env, learner, make_env
 
@@ -76,7 +78,9 @@ def test_a_preemptive_policy_is_forecast_with_its_preemptions() -> None:
 @pytest.mark.parametrize("name", ["fifo", "fair", "drf", "themis", "las", "srtf", "priority"])
 def test_a_forecast_runs_on_a_copy_of_the_live_policy(name: str) -> None:
     snap = _snapshot((_running("r", 4, 600.0),), (_queued("a", 2, 4, 300.0, NOW), _queued("b", 1, 1, 60.0, NOW)))
-    policy, placer = make_policy(name), make_placer("locality")
+    # the control loop's placer: each job's own placer by name, made from the registry (a closure in the
+    # registry made every estimate fail to pickle, and with it every round that offered one)
+    policy, placer = make_policy(name), PerJobPlacer(make_placer("locality"), PLACERS)
     decide(snap, policy, placer)  # the live policy has state and memos of this round
     before = sorted(policy.__dict__)
     done = forecast_payload(dumps(snap, policy, placer), 86400.0, None)

@@ -124,7 +124,7 @@ def server_policy(options: ServerOptions) -> Policy:
     """The policy by name, told the jobs' checkpoint interval where it weighs the work a preemption loses."""
     factory = POLICIES[options.policy]
     if options.checkpoint_interval_s is not None and \
-            "checkpoint_interval_s" in inspect.signature(factory.cls).parameters:
+            "checkpoint_interval_s" in inspect.signature(factory.target).parameters:
         return factory(checkpoint_interval_s=options.checkpoint_interval_s)
     return factory()
 

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from loadmaster.core.lazy import Lazy
 from loadmaster.core.workload import Workload
 from loadmaster.traces import samples
 from loadmaster.traces.errors import TraceFormatError
@@ -18,58 +19,20 @@ FORMATS: tuple[str, ...] = ("canonical", "philly", "gavel", "gavel-vc", "alibaba
 
 # Each loader's module is imported when a trace of its format is read (a run reads one format; Philly's and
 # Alibaba's loaders with their history types were a tenth of the trace package's import).
-def _canonical(p: Path) -> Workload:
-    from loadmaster.traces import canonical
-
-    return canonical.read_csv(p)
-
-
-def _philly(p: Path) -> Workload:
-    from loadmaster.traces import philly
-
-    return philly.load(p)
-
-
-def _gavel(p: Path) -> Workload:
-    from loadmaster.traces import gavel
-
-    return gavel.load(p, variant="gavel")
-
-
-def _gavel_vc(p: Path) -> Workload:
-    from loadmaster.traces import gavel
-
-    return gavel.load(p, variant="gavel-vc")
-
-
-def _alibaba(p: Path) -> Workload:
-    from loadmaster.traces import alibaba
-
-    return alibaba.load(p)
-
-
-def _philly_history(p: Path) -> History:
-    from loadmaster.traces import philly
-
-    return philly.load_history(p)
-
-
-def _alibaba_history(p: Path) -> History:
-    from loadmaster.traces import alibaba
-
-    return alibaba.load_history(p)
+def _loader(module: str, name: str, **kwargs: str) -> Lazy[Any]:
+    return Lazy(f"loadmaster.traces.{module}", name, **kwargs)
 
 
 _LOADERS: dict[str, Callable[[Path], Workload]] = {
-    "canonical": _canonical,
-    "philly": _philly,
-    "gavel": _gavel,
-    "gavel-vc": _gavel_vc,
-    "alibaba": _alibaba,
+    "canonical": _loader("canonical", "read_csv"),
+    "philly": _loader("philly", "load"),
+    "gavel": _loader("gavel", "load", variant="gavel"),
+    "gavel-vc": _loader("gavel", "load", variant="gavel-vc"),
+    "alibaba": _loader("alibaba", "load"),
 }
 # Formats that record when each job ran (the others give a History without times).
-_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": _philly_history,
-                                                          "alibaba": _alibaba_history}
+_HISTORY_LOADERS: dict[str, Callable[[Path], History]] = {"philly": _loader("philly", "load_history"),
+                                                          "alibaba": _loader("alibaba", "load_history")}
 _SNIFF_BYTES = 4096
 
 

@@ -270,8 +270,9 @@ class ControlLoop:
             self._event.clear()  # before the round: a wake() during it makes the next one come at once
             try:
                 report = self.tick()
-            except Exception:  # a round that fails (a bug) must not end the loop
+            except Exception as err:  # a round that fails (a bug) must not end the loop
                 log.exception("control loop round failed; trying again")
+                self.metrics.round_failures.labels(type(err).__name__).inc()
                 report = None
             if report is not None and report.store_error:
                 self._stopping.wait(self.tick_s)  # the store is in trouble: do not hammer it

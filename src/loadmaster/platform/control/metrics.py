@@ -16,6 +16,7 @@ status, from the store) when /metrics is scraped.
 | loadmaster_retries_total, loadmaster_preemptions_total | counter | |
 | loadmaster_reconcile_repairs_total | counter | kind |
 | loadmaster_store_errors_total | counter | stage |
+| loadmaster_round_failures_total | counter | error |
 """
 
 from __future__ import annotations
@@ -87,6 +88,10 @@ class LoopMetrics:
                                registry=r)
         self.store_errors = Counter("loadmaster_store_errors", "Store errors met by the control loop (retried).",
                                     ["stage"], registry=r)
+        # A round that raised anything but a store error is a bug: the loop goes on (the round is tried
+        # again), so without this count a round failing every time would show only in the log.
+        self.round_failures = Counter("loadmaster_round_failures", "Control-loop rounds that raised (a bug).",
+                                      ["error"], registry=r)
         self._gauges: Callable[[], Gauges] = Gauges
 
     def read_gauges(self, read: Callable[[], Gauges]) -> None:

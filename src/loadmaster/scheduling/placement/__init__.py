@@ -5,27 +5,22 @@ PLACERS maps each name to a factory that imports its placer's module on first ca
 from __future__ import annotations
 
 from collections.abc import Callable
-from importlib import import_module
 
+from loadmaster.core.lazy import Lazy
 from loadmaster.scheduling.placement.base import Placer
 
 
-def _lazy(module: str, cls: str) -> Callable[[], Placer]:
-    def make() -> Placer:
-        placer: Placer = getattr(import_module(f"loadmaster.scheduling.placement.{module}"), cls)()
-        return placer
-
-    make.__qualname__ = make.__name__ = cls
-    return make
+def _placer(module: str, name: str) -> Lazy[Placer]:
+    return Lazy(f"loadmaster.scheduling.placement.{module}", name)
 
 
 PLACERS: dict[str, Callable[[], Placer]] = {
-    "pack": _lazy("pack", "PackPlacer"),
-    "spread": _lazy("spread", "SpreadPlacer"),
-    "locality": _lazy("locality", "LocalityPlacer"),
-    "locality-strict": _lazy("locality", "StrictLocalityPlacer"),
-    "proportional": _lazy("proportional", "ProportionalPlacer"),
-    "synergy": _lazy("synergy", "SynergyPlacer"),
+    "pack": _placer("pack", "PackPlacer"),
+    "spread": _placer("spread", "SpreadPlacer"),
+    "locality": _placer("locality", "LocalityPlacer"),
+    "locality-strict": _placer("locality", "StrictLocalityPlacer"),
+    "proportional": _placer("proportional", "ProportionalPlacer"),
+    "synergy": _placer("synergy", "SynergyPlacer"),
 }
 
 

@@ -6,45 +6,28 @@ short simulation's whole process (`loadmaster sim run` on Gavel's 1,000 jobs).""
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
+from loadmaster.core.lazy import Lazy
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 
 
-class PolicyFactory:
-    """A policy class by module and name, imported on first use: calling it makes the policy (keyword
-    arguments go to the class, over the entry's own); `cls` is the class itself (its signature, say)."""
-
-    def __init__(self, module: str, name: str, **kwargs: Any) -> None:
-        self.module = f"loadmaster.scheduling.policies.{module}"
-        self.name = name
-        self.kwargs = kwargs
-
-    @property
-    def cls(self) -> type[Policy]:
-        cls: type[Policy] = getattr(import_module(self.module), self.name)
-        return cls
-
-    def __call__(self, **kwargs: Any) -> Policy:
-        return self.cls(**{**self.kwargs, **kwargs})
-
-    def __repr__(self) -> str:
-        return f"PolicyFactory({self.module}.{self.name}, {self.kwargs})"
+def _policy(module: str, name: str, **kwargs: Any) -> Lazy[Policy]:
+    return Lazy(f"loadmaster.scheduling.policies.{module}", name, **kwargs)
 
 
-POLICIES: dict[str, PolicyFactory] = {
-    "fifo": PolicyFactory("fifo", "FifoPolicy"),
-    "fifo-strict": PolicyFactory("fifo", "FifoPolicy", strict=True),
-    "fair": PolicyFactory("fair", "FairPolicy"),
-    "fair-fifo": PolicyFactory("fair", "FairFifoPolicy"),
-    "srtf": PolicyFactory("srtf", "SrtfPolicy"),
-    "las": PolicyFactory("las", "LasPolicy"),
-    "las-het": PolicyFactory("las", "HetLasPolicy"),
-    "las-gavel": PolicyFactory("las_gavel", "GavelLasPolicy"),
-    "priority": PolicyFactory("priority", "PriorityPolicy"),
-    "drf": PolicyFactory("drf", "DrfPolicy"),
-    "themis": PolicyFactory("themis", "ThemisPolicy"),
+POLICIES: dict[str, Lazy[Policy]] = {
+    "fifo": _policy("fifo", "FifoPolicy"),
+    "fifo-strict": _policy("fifo", "FifoPolicy", strict=True),
+    "fair": _policy("fair", "FairPolicy"),
+    "fair-fifo": _policy("fair", "FairFifoPolicy"),
+    "srtf": _policy("srtf", "SrtfPolicy"),
+    "las": _policy("las", "LasPolicy"),
+    "las-het": _policy("las", "HetLasPolicy"),
+    "las-gavel": _policy("las_gavel", "GavelLasPolicy"),
+    "priority": _policy("priority", "PriorityPolicy"),
+    "drf": _policy("drf", "DrfPolicy"),
+    "themis": _policy("themis", "ThemisPolicy"),
 }
 
 
@@ -56,4 +39,4 @@ def make_policy(name: str) -> Policy:
     return factory()
 
 
-__all__ = ["POLICIES", "Admission", "Gate", "Policy", "PolicyFactory", "make_policy"]
+__all__ = ["POLICIES", "Admission", "Gate", "Policy", "make_policy"]
