@@ -68,7 +68,7 @@ class GroupCommit(Generic[T]):
         # orders their commits (store/changes.py).
         self.writers = writers if writers is not None else (2 if store.engine.dialect.name == "postgresql" else 1)
         self._pending: list[_Pending[T]] = []
-        self._drains: set[asyncio.Task[None]] = set()  # held: the event loop keeps only weak references
+        self._drains = 0
 
     async def submit(self, write: Write[T]) -> T:
         """Run `write` in a shared transaction; its result once committed (or its exception)."""
@@ -76,14 +76,18 @@ class GroupCommit(Generic[T]):
         future: asyncio.Future[T] = loop.create_future()
         item = _Pending(write, future)
         self._pending.append(item)
-        # done(), not the set's size: a drain that found nothing left ends at once, before its callback runs
-        if sum(not t.done() for t in self._drains) < self.writers:
-            task = loop.create_task(self._drain())
-            self._drains.add(task)
-            task.add_done_callback(self._drains.discard)
+        if self._drains < self.writers:
+            self._drains += 1
+            loop.create_task(self._drain())
         return await item.future
 
     async def _drain(self) -> None:
+        try:
+            await self._drain_pending()
+        finally:
+            self._drains -= 1
+
+    async def _drain_pending(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
             outcomes = await run_in_threadpool(self._write, [p.write for p in batch])
