@@ -57,18 +57,12 @@ class Throttled:
 
 
 class GroupCommit(Generic[T]):
-    def __init__(self, store: Store, after_commit: Callable[[], None], max_batch: int = 512,
-                 writers: int | None = None) -> None:
+    def __init__(self, store: Store, after_commit: Callable[[], None], max_batch: int = 512) -> None:
         self.store = store
         self.after_commit = after_commit
         self.max_batch = max_batch
-        # Batches written at once. SQLite has one writer (its lock is taken at BEGIN), so one. On PostgreSQL
-        # two: while one batch waits on its round trips and commit, the next is written, instead of the
-        # clients' next requests waiting for the first batch's answers; the change counter's row lock still
-        # orders their commits (store/changes.py).
-        self.writers = writers if writers is not None else (2 if store.engine.dialect.name == "postgresql" else 1)
         self._pending: list[_Pending[T]] = []
-        self._drains = 0
+        self._task: asyncio.Task[None] | None = None
 
     async def submit(self, write: Write[T]) -> T:
         """Run `write` in a shared transaction; its result once committed (or its exception)."""
@@ -76,18 +70,11 @@ class GroupCommit(Generic[T]):
         future: asyncio.Future[T] = loop.create_future()
         item = _Pending(write, future)
         self._pending.append(item)
-        if self._drains < self.writers:
-            self._drains += 1
-            loop.create_task(self._drain())
+        if self._task is None or self._task.done():
+            self._task = loop.create_task(self._drain())
         return await item.future
 
     async def _drain(self) -> None:
-        try:
-            await self._drain_pending()
-        finally:
-            self._drains -= 1
-
-    async def _drain_pending(self) -> None:
         while self._pending:
             batch, self._pending = self._pending[:self.max_batch], self._pending[self.max_batch:]
             outcomes = await run_in_threadpool(self._write, [p.write for p in batch])
