@@ -33,6 +33,10 @@ def held_launcher(loop_wake: Any) -> tuple[Launcher, HeldExecutor]:
     return Launcher(cast(Any, executor), loop_wake), executor
 
 
+def waits(loop: Any, ended: str) -> float:
+    return loop.metrics.registry.get_sample_value("loadmaster_coalesce_waits_total", {"ended": ended}) or 0.0
+
+
 def timed_coalesce(loop: Any) -> float:
     t = time.monotonic()
     loop._coalesce()
@@ -51,6 +55,7 @@ def test_the_wait_ends_when_the_last_launch_under_way_finishes(lite: Env) -> Non
         took = timed_coalesce(loop)
         assert 0.15 < took < 2.0  # not the 5 s of coalesce_s: the launches' end ended it
         assert launcher.under_way() == 0 and launcher.pending() == 2  # finished, not collected yet
+        assert (waits(loop, "launches"), waits(loop, "full")) == (1, 0)
     finally:
         executor.gate.set()
         launcher.close()
@@ -66,6 +71,7 @@ def test_a_wake_with_launches_still_under_way_does_not_end_the_wait(lite: Env) -
         took = timed_coalesce(loop)
         assert 0.55 < took < 3.0  # coalesce_s, the launch still under way
         assert launcher.under_way() == 1
+        assert (waits(loop, "launches"), waits(loop, "full")) == (0, 1)
     finally:
         executor.gate.set()
         launcher.close()
@@ -76,6 +82,7 @@ def test_without_launches_under_way_the_wait_is_coalesce_s_whatever_wakes_the_lo
     threading.Timer(0.05, loop.wake).start()
     took = timed_coalesce(loop)
     assert 0.35 < took < 3.0
+    assert (waits(loop, "launches"), waits(loop, "full")) == (0, 1)
 
 
 def test_stop_ends_the_wait(lite: Env) -> None:
@@ -88,6 +95,7 @@ def test_stop_ends_the_wait(lite: Env) -> None:
         stopper.start()
         took = timed_coalesce(loop)
         assert took < 5.0
+        assert (waits(loop, "launches"), waits(loop, "full")) == (0, 0)  # a stop is neither
     finally:
         executor.gate.set()
         launcher.close()

@@ -290,12 +290,17 @@ class ControlLoop:
         wait_s = min(self.coalesce_s, self.tick_s)
         launcher = self.ctx.launcher
         if launcher.under_way() == 0:
-            self._stopping.wait(wait_s)
+            if not self._stopping.wait(wait_s):
+                self.metrics.coalesce_waits.labels("full").inc()
             return
         deadline = time.monotonic() + wait_s
         while not self._stopping.is_set():
             left = deadline - time.monotonic()
-            if left <= 0 or launcher.under_way() == 0:
+            if launcher.under_way() == 0:
+                self.metrics.coalesce_waits.labels("launches").inc()
+                return
+            if left <= 0:
+                self.metrics.coalesce_waits.labels("full").inc()
                 return
             self._event.wait(left)  # a finished launch wakes the loop; so does stop()
             self._event.clear()  # the round that follows collects whatever woke it
