@@ -126,11 +126,15 @@ def tree_parts_s(server: Server) -> dict[str, float]:
 _ROUNDS = re.compile(r"^loadmaster_rounds_total (\S+)", re.M)
 
 
-def rounds(server: Server) -> int:
+_WAITS = re.compile(r'^loadmaster_coalesce_waits_total\{ended="(\w+)"\} (\S+)', re.M)
+
+
+def loop_counts(server: Server) -> tuple[int, dict[str, int]]:
+    """The loop's rounds, and its waits after busy rounds by what ended them (none before this counter)."""
     with server.client(ADMIN) as c:
         text = c.get("/metrics").text
     found = _ROUNDS.search(text)
-    return int(float(found.group(1))) if found else 0
+    return (int(float(found.group(1))) if found else 0), {k: int(float(v)) for k, v in _WAITS.findall(text)}
 
 
 def _pcts(values: list[float]) -> dict[str, float]:
@@ -191,7 +195,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         tree_cpu = tree_cpu_s(server)
         parts = tree_parts_s(server)
         load = os.getloadavg()[0]
-        rounds_before = rounds(server)
+        rounds_before, waits_before = loop_counts(server)
         client_cpu = cpu_s(os.getpid())
         first = time.perf_counter()
         submit_s, tally = asyncio.run(submit(server.url, token, args.clients, args.jobs, args.client))
@@ -224,7 +228,9 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
         server_cpu = server.cpu_s() - server_cpu
         tree_cpu = tree_cpu_s(server) - tree_cpu
         parts = {k: v - parts.get(k, 0.0) for k, v in tree_parts_s(server).items()}
-        round_count = rounds(server) - rounds_before
+        round_count, waits = loop_counts(server)
+        round_count -= rounds_before
+        waits = {k: v - waits_before.get(k, 0) for k, v in waits.items()}
         latency = launch_latency(args.db or f"sqlite:///{tmp / 'data' / 'loadmaster.db'}")
     finally:
         code = server.stop()
@@ -242,7 +248,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
            "server_cpu_ms_per_job": 1000 * server_cpu / max(1, done),
            "tree_cpu_ms_per_job": 1000 * tree_cpu / max(1, done),
            "tree_ms_per_job_by_part": {k: round(1000 * v / max(1, done), 2) for k, v in parts.items()},
-           "rounds": round_count, "rounds_per_job": round(round_count / max(1, done), 3),
+           "rounds": round_count, "rounds_per_job": round(round_count / max(1, done), 3), "coalesce_waits": waits,
            "latency": latency, "load_before": load, "server_exit": code,
            "error_sample": errors[:3], "timeline": [(round(t, 2), n) for t, n in samples]}
     print_table([row], ["store", "jobs", "client", "submit_per_s", "submit_p99_ms", "submit_errors", "ended",
@@ -252,6 +258,7 @@ def run(args: argparse.Namespace, tmp: Path) -> dict[str, Any]:
                         "load_before"])
     print("tree CPU ms per job by part:", row["tree_ms_per_job_by_part"])
     print(f"rounds: {round_count} ({row['rounds_per_job']} per job); latency ms:", latency)
+    print("waits after busy rounds, by what ended them:", waits)
     return row
 
 

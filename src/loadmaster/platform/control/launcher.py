@@ -86,6 +86,11 @@ class Launcher:
         with self._lock:
             return len(self._running)
 
+    def under_way(self) -> int:
+        """Launches not finished yet (pending() also counts those finished but not collected)."""
+        with self._lock:
+            return sum(not future.done() for future in self._running.values())
+
     def wait(self, timeout_s: float) -> None:
         """Block until the launches under way have finished (shutdown, tests)."""
         with self._lock:

@@ -279,9 +279,31 @@ class ControlLoop:
             elif report is None or not (report.events or report.decided):
                 self._event.wait(self.tick_s)
             else:
-                # Busy: what happens in the next moment (more learners exiting, more launches done) is
-                # handled together, one transaction for all, instead of one round each.
-                self._stopping.wait(min(self.coalesce_s, self.tick_s))
+                self._coalesce()
+
+    def _coalesce(self) -> None:
+        """After a busy round: what happens in the next moment (more learners exiting, more launches done) is
+        handled together, one transaction for all, instead of one round each. The wait is coalesce_s at most;
+        when launches are under way it ends as soon as the last of them has finished: their results (a tiny
+        job's end comes with its launch) are what the next round is for, and waiting on would only delay the
+        GPUs they free (a wake() from anything else does not end it)."""
+        wait_s = min(self.coalesce_s, self.tick_s)
+        launcher = self.ctx.launcher
+        if launcher.under_way() == 0:
+            if not self._stopping.wait(wait_s):
+                self.metrics.coalesce_waits.labels("full").inc()
+            return
+        deadline = time.monotonic() + wait_s
+        while not self._stopping.is_set():
+            left = deadline - time.monotonic()
+            if launcher.under_way() == 0:
+                self.metrics.coalesce_waits.labels("launches").inc()
+                return
+            if left <= 0:
+                self.metrics.coalesce_waits.labels("full").inc()
+                return
+            self._event.wait(left)  # a finished launch wakes the loop; so does stop()
+            self._event.clear()  # the round that follows collects whatever woke it
 
     def _tick(self) -> TickReport:
         with self._lock:

@@ -12,6 +12,7 @@ status, from the store) when /metrics is scraped.
 | loadmaster_last_round_age_seconds | gauge | |
 | loadmaster_round_seconds, loadmaster_decide_seconds | histogram | |
 | loadmaster_rounds_total | counter | |
+| loadmaster_coalesce_waits_total | counter | ended |
 | loadmaster_attempt_ends_total | counter | outcome, failure_class |
 | loadmaster_retries_total, loadmaster_preemptions_total | counter | |
 | loadmaster_reconcile_repairs_total | counter | kind |
@@ -80,6 +81,10 @@ class LoopMetrics:
         self.decide_seconds = Histogram("loadmaster_decide_seconds", "Duration of decide() within a round.",
                                         buckets=_BUCKETS, registry=r)
         self.rounds = Counter("loadmaster_rounds", "Control-loop rounds completed.", registry=r)
+        # The waits after busy rounds, by what ended them: "launches" (the launches under way all finished
+        # before coalesce_s) or "full" (coalesce_s).
+        self.coalesce_waits = Counter("loadmaster_coalesce_waits", "Waits after a busy round, by what ended them.",
+                                      ["ended"], registry=r)
         self.attempt_ends = Counter("loadmaster_attempt_ends", "Attempts ended, by outcome and failure class.",
                                     ["outcome", "failure_class"], registry=r)
         self.retries = Counter("loadmaster_retries", "Failed attempts retried.", registry=r)
