@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import statistics
 import tempfile
 import threading
@@ -23,15 +22,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from common import print_table, write_results
+from common import print_table, tree_cpu_s, write_results
 from loadmaster.platform.executors.base import AttemptSpec, LearnerSpec
 from loadmaster.platform.executors.local import LocalExecutor
-
-
-def _cpu_s() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _spec(root: Path, i: int) -> AttemptSpec:
@@ -88,7 +81,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             with lock:
                 later_ms.append(1000 * (time.perf_counter() - returned))
 
-    cpu = _cpu_s()
+    cpu = tree_cpu_s()
     wall = time.perf_counter()
     threads = [threading.Thread(target=worker) for _ in range(args.threads)]
     for t in threads:
@@ -107,7 +100,7 @@ def run(args: argparse.Namespace, root: Path) -> dict[str, Any]:
             except ChildProcessError:
                 break
             time.sleep(0.01)
-    cpu = _cpu_s() - cpu
+    cpu = tree_cpu_s() - cpu
     row = {"launches": args.launches, "threads": args.threads, "ends_with_launch": carried,
            "launch_ms": _pcts(launch_ms), "end_after_launch_ms": _pcts(later_ms),
            "cpu_ms_per_launch": round(1000 * cpu / args.launches, 2),

@@ -14,23 +14,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import resource
 import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from common import print_table, write_results
+from common import print_table, tree_cpu_s, write_results
 from loadmaster.platform.executors.forked import ShimSupervisor
 from loadmaster.platform.executors.shim import ShimRequest
 from loadmaster.platform.executors.spawn import ShimProcess, await_started, shim_needs, spawn_shim
-
-
-def _cpu_s() -> float:
-    own = resource.getrusage(resource.RUSAGE_SELF)
-    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def _request(root: Path, i: int) -> ShimRequest:
@@ -43,7 +36,7 @@ def _request(root: Path, i: int) -> ShimRequest:
 def measure(name: str, launches: int, start: Callable[[ShimRequest], ShimProcess],
             done: Callable[[], None]) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="lm-bench-shims-") as tmp:
-        cpu, wall = _cpu_s(), time.perf_counter()
+        cpu, wall = tree_cpu_s(), time.perf_counter()
         started_s = 0.0
         for i in range(launches):
             request = _request(Path(tmp), i)
@@ -56,7 +49,7 @@ def measure(name: str, launches: int, start: Callable[[ShimRequest], ShimProcess
             assert Path(request.exit).read_text().strip() == "0"
         done()
         wall = time.perf_counter() - wall
-        cpu = _cpu_s() - cpu
+        cpu = tree_cpu_s() - cpu
     return {"shims": name, "launches": launches, "cpu_ms_per_launch": 1000 * cpu / launches,
             "wall_ms_per_launch": 1000 * wall / launches, "to_started_ms": 1000 * started_s / launches,
             "load": os.getloadavg()[0]}

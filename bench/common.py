@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -51,6 +52,13 @@ def measure(name: str, argv: list[str], env: dict[str, str] | None = None) -> Me
     if proc.returncode != 0:
         sys.stderr.write(f"{name} failed ({proc.returncode}):\n{stderr[-2000:]}\n")
     return Measured(name, wall, usage.ru_maxrss / 1024, proc.returncode, stdout, usage.ru_utime + usage.ru_stime)
+
+
+def tree_cpu_s() -> float:
+    """CPU seconds of this process and of its children waited for (an exited supervisor and what it forked)."""
+    own = resource.getrusage(resource.RUSAGE_SELF)
+    kids = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
 
 
 def machine() -> dict[str, Any]:
