@@ -44,7 +44,7 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.decide import _Round, decide, start_alone
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
-from loadmaster.scheduling.policies.base import Gate, Policy
+from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
 
@@ -546,7 +546,10 @@ class _Walk:
         policy = session.policy
         strict = policy.blocks_others
         may_block = policy.may_block_others
-        order = policy.walk_order(self.rnd.gate, session._groups, session._entries_class, session.migrate)
+        # Whether the gate may refuse anyone (Gate.may_deny): asked once, for the settling below and the visits
+        # answered without attempt().
+        may_deny = type(rnd.gate).may_deny()
+        order = policy.walk_order(rnd.gate, session._groups, session._entries_class, session.migrate)
         if order is None:
             # A class of gangs larger than the free GPUs waits for capacity, visit after visit, unless someone
             # may be displaced or moved for it (then the free GPUs may grow), a gate may refuse it first or it
@@ -554,7 +557,7 @@ class _Walk:
             # decision_class() promise): if its first job may displace nobody and holds back nobody, neither
             # does a later one. Under overload that is most classes at most decisions.
             classes = session._classes.values()
-            settle = (not session.migrate and type(rnd.gate).admit is Gate.admit
+            settle = (not session.migrate and not may_deny
                       and (not may_block or not any(strict(c.views[0]) for c in classes)))
             order = _HeadsOrder(classes, self._class_order if session._uses_class_order else None,
                                 rnd.free.total_gpus if settle else None,
@@ -565,7 +568,7 @@ class _Walk:
         # any server's free GPUs, gets attempt()'s answer (place_at()'s first two checks) without the call,
         # unless the job may displace someone (then attempt() searches). Under overload most visits after a
         # start are these (DRF: 33,000 of 38,000 on the 3,000-job trace).
-        quick = not session.migrate and not type(rnd.gate).may_deny()
+        quick = not session.migrate and not may_deny
         free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
         no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         while (step := walk.next()) is not None:
