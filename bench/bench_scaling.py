@@ -26,7 +26,8 @@ from typing import Any
 
 from common import LOADMASTER, ROOT, measure, print_table, write_results
 
-POLICIES = ("fifo", "fifo-strict", "srtf", "drf", "priority", "fair", "las", "las-het", "themis")
+POLICIES = ("fifo", "fifo-strict", "srtf", "drf", "priority", "fair", "fair-fifo", "las", "las-het", "las-gavel",
+            "themis")
 # Issue 9's targets for the 3,000-job workload, on the simulation (summary.json's wall_time_s; meets_cpu
 # compares its CPU time, which a busy machine does not inflate).
 TARGET_3K_S = {"fifo": 0.5, "fifo-strict": 0.5, "srtf": 0.5, "drf": 0.5, "priority": 0.5, "las": 2.0,

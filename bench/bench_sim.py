@@ -31,7 +31,8 @@ GAVEL = SHARED / "gavel-msr" / "generated_1000jobs_lam240_seed0.trace"
 GAVEL_CLUSTER = "9x4:v100,9x4:p100,9x4:k80"
 PHILLY = SHARED / "philly" / "philly_sample_cluster_job_log.json"
 ALIBABA = SHARED / "alibaba-gpu-v2023" / "openb_pod_list_default.csv"
-POLICIES = ("fifo", "fifo-strict", "fair", "srtf", "las", "las-het", "priority", "drf", "themis")
+POLICIES = ("fifo", "fifo-strict", "fair", "fair-fifo", "srtf", "las", "las-het", "las-gavel", "priority", "drf",
+            "themis")
 
 Scenario = tuple[str, list[str], dict[str, Any]]
 

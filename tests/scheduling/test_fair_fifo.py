@@ -1,5 +1,7 @@
 """fair-fifo: fair with Philly's FIFO within a VC (a VC's head job keeps the quota that frees for itself)."""
 
+from collections.abc import Sequence
+
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import JobView, Snapshot, TenantQuota, WaitReason, decide, make_placer, make_policy
 from loadmaster.scheduling.session import Session
@@ -60,11 +62,51 @@ def test_other_tenants_are_not_held_back() -> None:
     assert [s.job_id for s in plan.starts] == ["b"]
 
 
+def test_a_session_keeps_the_queue_and_classifies_a_new_head_again() -> None:
+    """Kept between decisions (incremental), a Session follows who heads each VC: the head leaving the
+    queue makes the next job the head (its class changes), and a requeued job submitted earlier takes the
+    head from it. A and B fill the cluster; A may borrow but nothing is idle."""
+    c = cluster(4, 4)
+    quotas = {"A": TenantQuota("A", 4, None), "B": TenantQuota("B", 4, None)}
+    running = (JobView(job("ra", gpus=4, tenant="A"), 0, allocation=Allocation("ra", (0,), 4, 0, 0), rate=1.0),
+               JobView(job("rb", gpus=4, tenant="B"), 0, allocation=Allocation("rb", (1,), 4, 0, 0), rate=1.0))
+    waiting = [queued(job("wide", gpus=4, tenant="A", submit=1)), queued(job("small", gpus=1, tenant="A", submit=2)),
+               queued(job("small2", gpus=1, tenant="A", submit=3))]
+    session = Session(make_policy("fair-fifo"), make_placer("pack"))
+    assert session.incremental
+    for view in waiting:
+        session.add(view)
+    last: dict[str, WaitReason] = {}
+
+    def check(jobs: list[JobView]) -> dict[str, WaitReason]:
+        def world(queue: Sequence[JobView]) -> Snapshot:
+            return Snapshot.build(5, c, [0, 0], [32, 32], [256, 256], queue, running, quotas)
+        plan = session.decide(world(session.queued))
+        full = decide(world(tuple(jobs)), make_policy("fair-fifo"), make_placer("pack"))
+        assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects)
+        reasons = {w.job_id: w.reason for w in full.waits}
+        assert {w.job_id: w.reason for w in plan.waits} == {j: r for j, r in reasons.items() if last.get(j) is not r}
+        last.update(reasons)
+        return reasons
+
+    # "wide" heads A: it would borrow but nothing is idle; the others are held for it.
+    assert check(waiting) == {"wide": WaitReason.NO_CAPACITY, "small": WaitReason.OVER_QUOTA,
+                              "small2": WaitReason.OVER_QUOTA}
+    session.remove("wide")  # cancelled: "small" heads A now, and "small2" is held for it
+    waiting = waiting[1:]
+    assert check(waiting) == {"small": WaitReason.NO_CAPACITY, "small2": WaitReason.OVER_QUOTA}
+    early = queued(job("early", gpus=4, tenant="A", submit=0))  # e.g. requeued after a preemption
+    session.add(early)
+    assert check([*waiting, early]) == {"early": WaitReason.NO_CAPACITY, "small": WaitReason.OVER_QUOTA,
+                                        "small2": WaitReason.OVER_QUOTA}
+
+
 def test_a_session_decides_on_the_whole_queue_as_decide_does() -> None:
     snap, _ = _world()
     session = Session(make_policy("fair-fifo"), make_placer("pack"))
-    assert not session.incremental  # who is a VC's head changes as its other jobs leave the queue
     for view in snap.queued:
         session.add(view)
     plan = session.decide(snap)
-    assert plan == decide(snap, make_policy("fair-fifo"), make_placer("pack"))
+    full = decide(snap, make_policy("fair-fifo"), make_placer("pack"))
+    assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects)
+    assert {w.job_id: w.reason for w in plan.waits} == {w.job_id: w.reason for w in full.waits}

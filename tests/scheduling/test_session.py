@@ -144,7 +144,8 @@ def test_every_policy_over_a_long_run(policy: str) -> None:
 
 def test_sortable_policies_are_kept_incrementally_and_the_others_in_full() -> None:
     kept = {p for p in POLICIES if Session(make_policy(p), make_placer("pack")).incremental}
-    assert kept == {"fifo", "fifo-strict", "priority", "srtf", "las", "las-het", "las-gavel", "fair", "drf"}
+    assert kept == {"fifo", "fifo-strict", "priority", "srtf", "las", "las-het", "las-gavel", "fair", "fair-fifo",
+                    "drf"}
     assert not Session(make_policy("fifo"), make_placer("locality")).incremental
 
 

@@ -88,6 +88,9 @@ class Session:
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
         self.promises = policy.promises_answers  # ever quiet at all
+        # The jobs Policy.marked_jobs() set apart at the last decision (their class depends on it).
+        self.marks = policy.marks_jobs
+        self._marked: frozenset[str] = frozenset()
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -170,6 +173,8 @@ class Session:
         session's queued jobs (pass `session.queued`)."""
         if not self.incremental:
             return self._decide_full(snap)
+        if self.marks:
+            self._remark(snap)
         if self._quiet is not None:
             walk = _Walk(self, snap)
             plan = walk.run_quiet()
@@ -183,6 +188,18 @@ class Session:
             if plan is not None:
                 return plan
         return _Walk(self, snap).run()
+
+    def _remark(self, snap: Snapshot) -> None:
+        """Classify again the jobs that gained or lost the policy's mark since the last decision (a tenant's
+        new head under fair-fifo: the old one left, or a requeued job was submitted before it)."""
+        marked = frozenset(self.policy.marked_jobs(snap) or ())
+        if marked == self._marked:
+            return
+        for job_id in marked.symmetric_difference(self._marked):
+            if job_id in self._entries:
+                self._pending[job_id] = self._detach(job_id)
+        self._quiet = None
+        self._marked = marked
 
     def _decide_alone(self, snap: Snapshot) -> Plan | None:
         """The plan of a queue of one new job that starts at once without displacing anyone (most arrivals on

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Mapping, Sequence
 from enum import Enum
 from typing import ClassVar
 
@@ -138,6 +138,18 @@ class Policy(ABC):
         then gives it the earlier job's answer while nothing has started or grown in the round, so a long
         queue costs one attempt per class. None (the default): no such promise, every job is tried."""
         return None
+
+    def marked_jobs(self, snap: Snapshot) -> Collection[str] | None:
+        """The queued jobs whose decision class sets them apart by their place in the queue, not by anything
+        of their own (fair-fifo: each tenant's head-of-queue job), so that a job's class changes when others
+        join or leave the queue. A Session classifies a job again when it gains or loses the mark. None (the
+        default): no class depends on the rest of the queue."""
+        return None
+
+    @property
+    def marks_jobs(self) -> bool:
+        """Whether marked_jobs() may ever mark anyone: a Session asks it at each decision only if so."""
+        return type(self).marked_jobs is not Policy.marked_jobs
 
     def blocks_others(self, job: JobView) -> bool:
         """True if a job that cannot start should hold back every job ranked after it (strict order)."""

@@ -23,8 +23,9 @@ FIFO order). The head may still borrow other VCs' idle GPUs where the quotas all
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Hashable, Iterable, Iterator, Mapping, Sequence
 
+from loadmaster.core.job import JobSpec
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
 
@@ -168,10 +169,6 @@ class FairFifoPolicy(FairPolicy):
     time, then id), whatever its size."""
 
     name = "fair-fifo"
-    # Who is a VC's head changes whenever another job of the VC leaves the queue, which a Session's classes
-    # (kept between decisions) would not follow: without an order key it decides on the whole queue.
-    order_key = Policy.order_key
-    class_order = Policy.class_order
 
     def __init__(self, quotas: Mapping[str, TenantQuota] | None = None) -> None:
         super().__init__(quotas)
@@ -185,16 +182,26 @@ class FairFifoPolicy(FairPolicy):
         if cached is not None and cached[0] is snap:
             return cached[1]
         heads: dict[str, JobView] = {}
+        first: dict[str, JobSpec] = {}
+        # Compared field by field, not as (submit time, id) tuples: two tuples per queued job per decision
+        # would make the collector run inside decisions (a long queue's p99).
         for j in snap.queued:
-            t = j.spec.tenant
-            h = heads.get(t)
-            if h is None or (j.spec.submit_time_s, j.spec.job_id) < (h.spec.submit_time_s, h.spec.job_id):
-                heads[t] = j
+            s = j.spec
+            h = first.get(s.tenant)
+            if h is None or s.submit_time_s < h.submit_time_s or (
+                    s.submit_time_s == h.submit_time_s and s.job_id < h.job_id):
+                first[s.tenant] = s
+                heads[s.tenant] = j
         self._heads_of = (snap, heads)
         return heads
 
     def gate(self, snap: Snapshot) -> QuotaGate:
         return QuotaGate(snap, self._quotas(snap), self.heads(snap))
+
+    def marked_jobs(self, snap: Snapshot) -> Collection[str]:
+        # Who is a VC's head changes whenever another job of the VC leaves or joins the queue: a Session
+        # classifies the old and the new head again.
+        return [h.spec.job_id for h in self.heads(snap).values()]
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The head is admitted by the quota left, the others of its VC also by whether the head fits.
