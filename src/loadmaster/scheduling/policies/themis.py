@@ -86,10 +86,9 @@ _Bid = tuple[tuple[str, ...] | None, float]
 _T = TypeVar("_T")
 
 
-@dataclass(eq=False)
+@dataclass(frozen=True)
 class _ClusterFacts:
-    """What Themis needs of a cluster, computed once per cluster (clusters are immutable), and what it keeps
-    between snapshots on that cluster."""
+    """What Themis needs of a cluster, computed once per cluster (clusters are immutable)."""
 
     cluster: Cluster
     total_gpus: int
@@ -102,10 +101,6 @@ class _ClusterFacts:
     # _Round.type_speeds() by spec.type_speed: they depend on the cluster alone, so they outlive a snapshot.
     speeds: dict[tuple[tuple[str, float], ...] | None, dict[str, float]] = field(default_factory=dict,
                                                                                   compare=False)
-    # _Round._rank_short's per-job facts of the jobs queued at the last short ranking (see there).
-    waiting: dict[str, _Waiting] = field(default_factory=dict, compare=False)
-    # _Round.victims()' per-job facts of the running jobs it last valued (see _running()).
-    running: dict[str, _Running] = field(default_factory=dict, compare=False)
 
     @classmethod
     def of(cls, cluster: Cluster, type_speed: Mapping[str, float]) -> _ClusterFacts:
@@ -158,41 +153,6 @@ def _pick(items: Sequence[_T], positions: list[int]) -> list[_T]:
     if len(positions) > 1:
         return list(itemgetter(*positions)(items))
     return [items[i] for i in positions]
-
-
-# What a queued view alone tells _rank_short: the view, submit time, duration, GPUs, work left and work left
-# x GPUs, whether every GPU type is worth the same to it, and whether it progresses while queued (a
-# restart's rate: then the work left is worked out at each clock instead).
-_Waiting = tuple[JobView, float, float, int, float, float, bool, bool]
-
-
-def _waiting(view: JobView, uniform: bool) -> _Waiting:
-    spec = view.spec
-    gpus = spec.learners * spec.gpus_per_learner
-    any_type = spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None)
-    if view.rate != 0.0:
-        return (view, spec.submit_time_s, spec.duration_s, gpus, 0.0, 0.0, any_type, True)
-    # What _rank_short computed at every clock with a rate of 0 (max() written out): rate x elapsed is
-    # +0.0 for any finite clock, and work + 0.0 is work but for -0.0, which subtracts the same.
-    remaining = spec.duration_s - (view.work_done_s + 0.0)
-    if not remaining > 0.0:
-        remaining = 0.0
-    return (view, spec.submit_time_s, spec.duration_s, gpus, remaining, remaining * gpus, any_type, False)
-
-
-# What a running view alone tells _Round.victims(), kept while the job runs on the same view: the view, its
-# GPUs, whether it can never outrun its nominal gang (see victims()), -(its start or 0), submit time,
-# duration, work done, rate, as_of and the rate it divides by (never below _TINY).
-_Running = tuple[JobView, int, bool, float, float, float, float, float, float, float]
-
-
-def _running(view: JobView) -> _Running:
-    spec = view.spec
-    rate = view.rate
-    fixed = ((spec.max_learners or 0) <= spec.learners  # may not grow
-             and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0)
-    return (view, spec.learners * spec.gpus_per_learner, fixed, -(view.started_at or 0.0), spec.submit_time_s,
-            spec.duration_s, view.work_done_s, rate, view.as_of, _TINY if rate < _TINY else rate)
 
 
 def _ideal_s(spec: JobSpec, share: float) -> float:
@@ -265,54 +225,32 @@ class _Round:
     def _rank_short(self, queued: Sequence[JobView]) -> None:
         """The ranking for a short queue, where it runs at almost every event: one pass computes each job's
         rho and both sort keys (as queued_rho, remaining_at and _ideal_s do, with the same float operations
-        in the same order), then plain tuples are sorted (job ids are unique: views are never compared).
-
-        What a view alone decides (its sort keys but rho, its work left while it waits, whether every GPU
-        type is worth the same to it) is kept from one snapshot to the next in the cluster's facts, keyed by
-        job id and valid while the queue holds the same view (views are immutable): under overload most of
-        the queue waits through many decisions, and only the clock and N move its rho."""
+        in the same order), then plain tuples are sorted (job ids are unique: views are never compared)."""
         clock, share = self.clock, self.share
-        facts = self.facts
-        known = facts.waiting
-        kept: dict[str, _Waiting] = {}
+        uniform = self.facts.uniform
         rho_of = self.rho
+        bids = self.bids
         by_rho: list[tuple[float, float, str, float, JobView]] = []
-        all_any = True
         for j in queued:
-            job_id = j.spec.job_id
-            w = known.get(job_id)
-            if w is None or w[0] is not j:
-                w = _waiting(j, facts.uniform)
-            kept[job_id] = w
-            _, submit, duration, gpus, remaining, rem_gpus, any_type, moving = w
-            if moving:  # progress while queued (a restart's rate): as of this clock
-                # max(a, b) written out as in _rho_if_preempted: the same value, without two calls per job.
-                elapsed = clock - j.as_of
-                remaining = duration - (j.work_done_s + j.rate * (elapsed if elapsed > 0.0 else 0.0))
-                if not remaining > 0.0:
-                    remaining = 0.0
-                rem_gpus = remaining * gpus
-            slower = gpus / share if 0 < share < gpus else 1.0
-            ideal = duration * slower
-            if any_type:  # speed 1.0: every type is worth the same to this job, bid() would say so
-                rho = ((clock - submit) + remaining) / (_TINY if ideal < _TINY else ideal)
+            spec = j.spec
+            job_id = spec.job_id
+            # max(a, b) written out as in _rho_if_preempted: the same value, without two calls per job.
+            elapsed = clock - j.as_of
+            remaining = spec.duration_s - (j.work_done_s + j.rate * (elapsed if elapsed > 0.0 else 0.0))
+            if not remaining > 0.0:
+                remaining = 0.0
+            gpus = spec.learners * spec.gpus_per_learner
+            if spec.gpus_per_learner == 0 or (uniform and spec.type_speed is None):
+                speed = 1.0  # every type is worth the same to this job: bid() would say so
+                bids[job_id] = _ANY_TYPE
             else:
-                all_any = False
                 speed = max(self.bid(j)[1], _TINY)
-                rho = ((clock - submit) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
+            slower = gpus / share if 0 < share < gpus else 1.0
+            ideal = spec.duration_s * slower
+            rho = ((clock - spec.submit_time_s) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
             rho_of[job_id] = rho
-            by_rho.append((-rho, submit, job_id, rem_gpus, j))
-        facts.waiting = kept  # only the jobs queued now: the cache never outgrows the queue
-        if all_any:  # every bid is any type's: set in C, and the classes with it (_know_classes)
-            self.bids = dict.fromkeys(rho_of, _ANY_TYPE)
-            self.uniform_bids = True
-        else:
-            bids = self.bids
-            for w in kept.values():
-                if w[6]:
-                    bids[w[0].spec.job_id] = _ANY_TYPE
-        # Plain tuple order is _FIRST_THREE's: ids are unique, so the last two are never compared.
-        by_rho.sort()
+            by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
+        by_rho.sort(key=_FIRST_THREE)
         k = self.policy.offer_count(len(by_rho))
         self.offered = frozenset(e[2] for e in by_rho[:k])
         rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
@@ -439,36 +377,34 @@ class _Round:
             cutoff = clock - p.lease_s
             ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
             known = self._victim_rho
-            seen = self.facts.running
-            kept: dict[str, _Running] = {}
             entries = []
             for v in self.snap.running:
                 started = v.started_at
                 if started is not None and started > cutoff:
                     continue
-                job_id = v.spec.job_id
-                f = seen.get(job_id)
-                if f is None or f[0] is not v:
-                    f = _running(v)
-                kept[job_id] = f
-                _, gpus, fixed, neg_started, submit, duration, done, rate, as_of, per_rate = f
-                if gpus <= min_gpus and fixed:
+                spec = v.spec
+                if (spec.learners * spec.gpus_per_learner <= min_gpus
+                        and (spec.max_learners or 0) <= spec.learners  # may not grow
+                        and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
+                job_id = spec.job_id
                 victim_rho = known.get(job_id)
                 if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
                     # _rho_if_preempted() written out (the same operations in the same order): a call per
                     # running job at almost every decision was a tenth of this loop.
-                    elapsed = clock - as_of
-                    work = done + rate * (elapsed if elapsed > 0.0 else 0.0)
+                    rate = v.rate
+                    elapsed = clock - v.as_of
+                    work = v.work_done_s + rate * (elapsed if elapsed > 0.0 else 0.0)
                     lost = work % ckpt if ckpt > 0 else work
-                    remaining = duration - work
+                    remaining = spec.duration_s - work
                     if not remaining > 0.0:
                         remaining = 0.0
-                    shared = (clock - submit) + restart + (remaining + lost) / per_rate
-                    ideal = duration * (gpus / share if 0 < share < gpus else 1.0)
+                    shared = ((clock - spec.submit_time_s) + restart
+                              + (remaining + lost) / (_TINY if rate < _TINY else rate))
+                    gpus = spec.learners * spec.gpus_per_learner
+                    ideal = spec.duration_s * (gpus / share if 0 < share < gpus else 1.0)
                     victim_rho = known[job_id] = shared / (_TINY if ideal < _TINY else ideal)
-                entries.append((victim_rho, neg_started, job_id, v))
-            self.facts.running = kept  # the jobs whose lease had expired: they stay victims until they leave
+                entries.append((victim_rho, -(started or 0.0), job_id, v))
             # Ids are unique: plain tuple order is _VICTIM_ORDER's, and the views are never compared.
             entries.sort()
             self._victims = entries
