@@ -27,7 +27,7 @@ A policy that ranks by something other than (class order, order key) gives its o
 DRF's progressive filling, queue_index.WalkOrder). Policies that keep no order between decisions
 (order_key None: themis) and placers whose cache key changes with time (locality) run through the same
 interface in *full* mode: decide() on the whole queue, and a Wait for every job whose reason changed,
-found by comparing all of them.
+found by comparing all of them (decide_changes(): no Wait is made for the others).
 """
 
 from __future__ import annotations
