@@ -248,3 +248,26 @@ def test_rounds_before_next_change_would_change_nothing(seed: int, policy: str) 
                        make_policy(policy), placer)
         assert not (again.starts or again.preempts or again.resizes or again.rejects), (policy, at, horizon)
         assert {w.job_id: w.reason for w in again.waits} == reasons
+
+
+@given(st.integers(0, 10_000), st.sampled_from(sorted(POLICIES)))
+@settings(max_examples=30, deadline=None)
+def test_decide_changes_is_decide_less_the_reasons_known(seed: int, policy: str) -> None:
+    """decide_changes() (Session's full mode) makes decide()'s plan, and of its waits keeps those whose reason
+    `known` does not hold already; `known` then holds every reason given, and no started or rejected job."""
+    from loadmaster.scheduling.decide import decide_changes
+
+    rng = random.Random(seed)
+    cluster = _cluster(rng)
+    tenants = {t: TenantQuota(t, rng.randint(0, 8), rng.choice([None, 0, 4])) for t in "ABC"}
+    queued = tuple(JobView(_spec(rng, i, 0.0), 0.0) for i in range(rng.randint(0, 12)))
+    snap = Snapshot.of_running(10.0, cluster, queued, (), tenants)
+    full = decide(snap, make_policy(policy), make_placer("pack"))
+    stale = {v.job_id: rng.choice(list(WaitReason)) for v in queued if rng.random() < 0.5}
+    known = dict(stale)
+    plan = decide_changes(snap, make_policy(policy), make_placer("pack"), False, known)
+    assert (plan.starts, plan.preempts, plan.resizes, plan.rejects, plan.migrations) == (
+        full.starts, full.preempts, full.resizes, full.rejects, full.migrations)
+    assert plan.waits == tuple(w for w in full.waits if stale.get(w.job_id) is not w.reason)
+    gone = {s.job_id for s in full.starts} | {r.job_id for r in full.rejects}
+    assert known == {**{j: r for j, r in stale.items() if j not in gone}, **_waits(full)}

@@ -463,3 +463,70 @@ def test_the_simulator_reauctions_when_nobody_waits() -> None:
     assert by_id["c"].migrations == 1 and res.mode_metrics["migrations"] == 1
     assert by_id["c"].finish_s < 10.0 + 14_000.0 / 0.6  # sooner than staying on the K80
     assert all(r.status is JobStatus.COMPLETED for r in res.records)
+
+
+def _answers(p: ThemisPolicy, snap: Snapshot) -> object:
+    """Everything decide() asks of Themis about a snapshot, in decide's order (the victim list is built for
+    the worst-rho job first)."""
+    gate = p.gate(snap)
+    ranked = list(p.rank(snap))
+    out: list[object] = [[j.job_id for j in ranked], sorted(p.offered(snap))]
+    for j in ranked:
+        server = p.releasable_by_server(snap, gate, j)
+        out.append((j.job_id, p.rho(snap, j), p.type_preference(snap, j), p.decision_class(snap, j),
+                    p.releasable_gpus(snap, gate, j), None if server is None else server.tolist(),
+                    [v.job_id for v in p.victim_candidates(snap, gate, j, lambda: snap.running)]))
+    out.append([(v.job_id, p.victim_key(snap, v)) for v in snap.running])
+    return out
+
+
+@st.composite
+def evolving(draw: st.DrawFn) -> list[Snapshot]:
+    """Snapshots of one cluster as a shell makes them: the clock moves on, most views stay the same objects,
+    some jobs leave, arrive, start, are preempted back into the queue (work done, sometimes a rate while their
+    restart is paid), and the queue crosses the length where the ranking switches to numpy."""
+    c = het_cluster() if draw(st.booleans()) else cluster(*([8] * 8))
+    speeds = (None, (("v100", 1.0), ("p100", 0.8), ("k80", 0.05)))
+    clock = 10_000.0
+    queue: dict[str, JobView] = {}
+    run: dict[str, JobView] = {}
+    used = [0] * len(c.nodes)
+    snaps = []
+    n = 0
+    for _ in range(draw(st.integers(2, 6))):
+        for _ in range(draw(st.sampled_from([0, 1, 3, 20, 70]))):
+            spec = job(f"j{n:03d}", gpus=draw(st.sampled_from([1, 2, 8])), learners=draw(st.integers(1, 2)),
+                       submit=clock - draw(st.floats(0, 5000)), duration=draw(st.floats(1, 20_000)),
+                       type_speed=draw(st.sampled_from(speeds)))
+            n += 1
+            queue[spec.job_id] = JobView(spec, spec.submit_time_s, work_done_s=draw(st.sampled_from([0.0, 50.0])),
+                                         rate=draw(st.sampled_from([0.0, 0.0, 0.5])), as_of=clock)
+        for job_id in list(queue)[:draw(st.integers(0, 3))]:  # some start where there is room
+            spec = queue[job_id].spec
+            node = next((i for i, u in enumerate(used) if u + spec.gpus <= c.nodes[i].gpus), None)
+            if node is not None and spec.learners == 1:
+                used[node] += spec.gpus
+                del queue[job_id]
+                run[job_id] = JobView(spec, spec.submit_time_s, allocation=Allocation(job_id, (node,), spec.gpus,
+                                      0, 0), work_done_s=0.0, rate=draw(st.sampled_from([1.0, 0.5])),
+                                      as_of=clock, started_at=clock - draw(st.sampled_from([0.0, 700.0])))
+        for job_id in list(run)[:draw(st.integers(0, 2))]:  # some are preempted back into the queue
+            view = run.pop(job_id)
+            assert view.allocation is not None
+            used[view.allocation.learner_nodes[0]] -= view.spec.gpus
+            queue[job_id] = JobView(view.spec, clock, 2, work_done_s=view.work_at(clock), as_of=clock)
+        for job_id in list(queue)[:draw(st.integers(0, 2))]:  # some are cancelled
+            del queue[job_id]
+        snaps.append(snapshot(c, clock, tuple(queue.values()), tuple(run.values())))
+        clock += draw(st.sampled_from([1.0, 300.0, 700.0]))
+    return snaps
+
+
+@settings(max_examples=60, deadline=None)
+@given(evolving(), st.sampled_from([0.0, 0.8]))
+def test_what_is_kept_between_snapshots_answers_as_a_fresh_policy_does(snaps: list[Snapshot], f: float) -> None:
+    # The facts kept from one snapshot to the next (queued and running jobs' own, by view) must give every
+    # answer a policy that sees each snapshot for the first time gives, bit for bit.
+    kept = ThemisPolicy(fairness_knob=f)
+    for snap in snaps:
+        assert _answers(kept, snap) == _answers(ThemisPolicy(fairness_knob=f), snap)

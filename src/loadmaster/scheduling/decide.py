@@ -512,9 +512,10 @@ class _Round:
         placed_as = self.cache_key(job, spec.learners, self.snap)
         return None if placed_as is None else (placed_as, shape, cls)
 
-    def grows_elastic(self, waits: tuple[Wait, ...] | list[Wait]) -> None:
-        """Idle GPUs go to elastic jobs only when no queued job is waiting for capacity."""
-        if all(w.reason in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for w in waits):
+    def grows_elastic(self, reasons: Iterable[WaitReason]) -> None:
+        """Idle GPUs go to elastic jobs only when no queued job is waiting for capacity (`reasons`: why the
+        queued jobs wait)."""
+        if all(r in (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT) for r in reasons):
             self.grow_elastic()
 
     def plan(self, rejects: list[Reject], waits: list[Wait]) -> Plan:
@@ -570,9 +571,41 @@ def start_alone(snap: Snapshot, policy: Policy, placer: Placer, job: JobView) ->
 def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False) -> Plan:
     """Decide which queued jobs start where, which running jobs are preempted (or, with `migrate`, moved to
     other servers to defragment), and why the rest wait."""
+    rnd, rejects, wait_ids, reasons = _walk(snap, policy, placer, migrate)
+    return rnd.plan(rejects, list(map(Wait, wait_ids, reasons)))
+
+
+def decide_changes(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool,
+                   known: dict[str, WaitReason]) -> Plan:
+    """decide() with a Wait only for the jobs whose reason is not the one `known` holds for them (a shell
+    that keeps the reasons it was last given: Session's full mode); `known` is brought up to date (jobs
+    started or rejected leave it). A queue of thousands then costs no Wait per job and round: those tuples,
+    all alive until the plan is made, were what set off the garbage collector in a long queue's rounds."""
+    rnd, rejects, wait_ids, reasons = _walk(snap, policy, placer, migrate)
+    changed = []
+    get = known.get
+    for job_id, reason in zip(wait_ids, reasons, strict=True):
+        if get(job_id) is not reason:
+            changed.append(Wait(job_id, reason))
+            known[job_id] = reason
+    for s in rnd.starts:
+        known.pop(s.job_id, None)
+    for r in rejects:
+        known.pop(r.job_id, None)
+    return rnd.plan(rejects, changed)
+
+
+def _walk(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool
+          ) -> tuple[_Round, list[Reject], list[str], list[WaitReason]]:
+    """decide()'s round: the round (starts, preemptions, resizes, migrations), the rejects, and each waiting
+    job's id and reason in two lists, in rank order (plain lists of existing objects: nothing per job that
+    the garbage collector has to track)."""
     rnd = _Round(snap, policy, placer, FreeCapacity(snap), policy.gate(snap), migrate)
     rejects: list[Reject] = []
-    waits: list[Wait] = []
+    waiting: list[str] = []
+    wait_for = waiting.append
+    reasons: list[WaitReason] = []
+    because = reasons.append
     blocked = False
     strict_order = policy.blocks_others
     # A policy that never holds anyone back (Policy.may_block_others): no need to ask per job.
@@ -594,22 +627,29 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
     preemptive = policy.preemptive
     preemptor = policy.preemptor
     gate = rnd.gate
+    # why_never()'s first probe, made here: a shape known to fit on a cluster without a quota gate to ask (a
+    # full-mode policy's common case, at every queued job of every round) needs no call.
+    fits = snap.cluster.fit_cache
+    gated = rnd.gated
     # The loop below runs once per queued job per round: keep its common path free of needless calls.
     for job in policy.rank(snap):
         if blocked:
-            waits.append(Wait(job.spec.job_id, WaitReason.LOWER_PRIORITY))
+            wait_for(job.spec.job_id)
+            because(WaitReason.LOWER_PRIORITY)
             continue
-        why_never = rnd.why_never(job)
-        if why_never:
-            rejects.append(Reject(job.spec.job_id, why_never))
-            continue
-        if short_cut:
-            spec = job.spec
-            if (spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9
-                    and ((spec.min_learners is None and spec.max_learners is None) or not spec.elastic)
-                    and not (preemptive and preemptor(snap, gate, job))):
-                waits.append(Wait(spec.job_id, WaitReason.NO_CAPACITY))
+        spec = job.spec
+        if gated or fits.get((spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
+                              spec.excluded_types), "") is not None:
+            why_never = rnd.why_never(job)
+            if why_never:
+                rejects.append(Reject(job.spec.job_id, why_never))
                 continue
+        if (short_cut and spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9
+                and ((spec.min_learners is None and spec.max_learners is None) or not spec.elastic)
+                and not (preemptive and preemptor(snap, gate, job))):
+            wait_for(spec.job_id)
+            because(WaitReason.NO_CAPACITY)
+            continue
         key = rnd.alike_key(job)
         if key is not None:
             if free.version != alike_version or len(starts) != alike_starts:
@@ -617,19 +657,21 @@ def decide(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool = False
                 alike_version, alike_starts = free.version, len(starts)
             hit = alike.get(key)
             if hit is not None:
-                waits.append(Wait(job.spec.job_id, hit[0]))
+                wait_for(job.spec.job_id)
+                because(hit[0])
                 if hit[1] and may_block:
                     blocked = strict_order(job)
                 continue
         result, placed = rnd.attempt(job)
         if isinstance(result, Allocation):
             continue
-        waits.append(Wait(job.spec.job_id, result))
+        wait_for(job.spec.job_id)
+        because(result)
         if placed:
             blocked = strict_order(job)
         if key is not None:
             alike[key] = (result, placed)
     if migrate:
         rnd.reauction()
-    rnd.grows_elastic(waits)
-    return rnd.plan(rejects, waits)
+    rnd.grows_elastic(reasons)
+    return rnd, rejects, waiting, reasons

@@ -27,7 +27,7 @@ A policy that ranks by something other than (class order, order key) gives its o
 DRF's progressive filling, queue_index.WalkOrder). Policies that keep no order between decisions
 (order_key None: themis) and placers whose cache key changes with time (locality) run through the same
 interface in *full* mode: decide() on the whole queue, and a Wait for every job whose reason changed,
-found by comparing all of them.
+found by comparing all of them (decide_changes(): no Wait is made for the others).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ from dataclasses import dataclass
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.decide import _Round, decide, start_alone
+from loadmaster.scheduling.decide import _Round, decide_changes, start_alone
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
 from loadmaster.scheduling.policies.base import Policy
@@ -259,7 +259,7 @@ class Session:
     def _decide_full(self, snap: Snapshot) -> Plan:
         plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None
         if plan is None:
-            plan = decide(snap, self.policy, self.placer, self.migrate)
+            return decide_changes(snap, self.policy, self.placer, self.migrate, self._reason)
         known = self._reason
         changed = []
         for w in plan.waits:
@@ -295,7 +295,7 @@ class Session:
             result, _ = rnd.attempt(view)
             if not isinstance(result, Allocation):
                 waits.append(Wait(view.job_id, result))
-        rnd.grows_elastic(waits)
+        rnd.grows_elastic(w.reason for w in waits)
         return rnd.plan(rejects, waits)
 
     def _entries_class(self, job_id: str) -> JobClass:
