@@ -29,6 +29,9 @@ from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
 from typing import overload
 
+import numpy as np
+import numpy.typing as npt
+
 from loadmaster.core.cluster import Cluster
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
@@ -38,6 +41,7 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.view_rows import ViewRows
 from loadmaster.scheduling.policies.windows import next_window_s
 from loadmaster.scheduling.queue_index import Group, JobClass, Key, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
@@ -47,6 +51,9 @@ _EPS = 1e-12
 # decide again at least that often while jobs wait so that no such window passes unseen.
 DEFAULT_MAX_LOSS_S = 60.0
 DEFAULT_ROUND_S = 60.0
+# Checkpoint windows of each running job that next_change_s follows: past them it asks for a round (more cost
+# a little more per call and spare rounds while a gang waits for windows on enough GPUs at once).
+WINDOWS_FOLLOWED = 4
 
 
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
@@ -488,6 +495,27 @@ def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
     return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
+def _window_row(job: JobView) -> tuple[float, float, float]:
+    """What a running job's checkpoint windows follow from: work done, rate, as_of."""
+    return (job.work_done_s, job.rate, job.as_of)
+
+
+def _learner_rows(victims: Sequence[JobView]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64],
+                                                       npt.NDArray[np.intp]]:
+    """Per learner of `victims`: its server, its GPUs and its job's position in `victims`."""
+    nodes: list[int] = []
+    per: list[float] = []
+    col: list[int] = []
+    for i, v in enumerate(victims):
+        a = v.allocation
+        if a is None:
+            continue
+        nodes += a.learner_nodes
+        per += [float(a.gpus_per_learner)] * len(a.learner_nodes)
+        col += [i] * len(a.learner_nodes)
+    return np.array(nodes, dtype=np.intp), np.array(per), np.array(col, dtype=np.intp)
+
+
 def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
     return pair[0]
 
@@ -520,6 +548,12 @@ class DrfPolicy(Policy):
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
+        # Per running view: work done, rate and as_of, for next_change_s's windows.
+        self._rows = ViewRows(3, _window_row)
+        # next_change_s's last answer: (running views, free GPUs, gangs that may displace, victims' tenants, clock, the
+        # openings at which a gang could start, horizon), reused while the first four stay the same.
+        self._quiet: tuple[Sequence[JobView], float, frozenset[tuple[int, int]], tuple[str, ...], float, list[float],
+                           float] | None = None
 
     def gate(self, snap: Snapshot) -> DrfGate:
         totals = self._totals
@@ -555,19 +589,103 @@ class DrfPolicy(Policy):
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
-        one; else displaceable jobs are added only when a running job completes a checkpoint."""
+        one. Else displaceable jobs are added only when a running job of a tenant above its entitlement
+        completes a checkpoint (only those may be displaced, and which tenants those are changes only with
+        events), and a round then can start a gang only if some server count holds its learners once the
+        jobs in their windows at that time are released: a window of a job too small, or on the wrong
+        servers, lets nobody start, and the round it would wake is not needed (_openings)."""
         # The gate of the decision just made on this snapshot, if it booked nothing (a plan that changed
         # nothing: the shell's usual reason to ask), is the gate a fresh one would be, its answers cached.
         current = self._current
         gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
         self._current = None  # a gate for this question only, not for the next rank()
-        if not any(gate.within_entitlement(h) for h in heads):
+        within = gate.within_entitlement
+        # The gangs that may displace others, as (GPUs per learner, learners; elastic: its minimum).
+        gangs = {(h.spec.gpus_per_learner, min(h.spec.learners, h.spec.min_learners or h.spec.learners))
+                 for h in heads if within(h)}
+        if not gangs:
             return math.inf
-        # Only jobs of tenants above their entitlement may be displaced (may_preempt), and which tenants
-        # those are changes only with events: a window of any other job lets nobody start.
+        over = tuple(t for t in gate.running_tenants if gate.above_entitlement(t))
         by_tenant = snap.running_by_tenant
-        victims = [v for t in gate.running_tenants if gate.above_entitlement(t) for v in by_tenant.get(t, ())]
-        return next_window_s(victims, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
+        ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
+        if loss is None or ckpt <= 0:
+            victims = [v for t in over for v in by_tenant.get(t, ())]
+            return next_window_s(victims, snap.clock, ckpt, loss)
+        clock = snap.clock
+        facts = (snap.running, snap.free_gpu_total, frozenset(gangs), over)
+        memo = self._quiet
+        if memo is not None and memo[0] is facts[0] and memo[1:4] == facts[1:] and memo[4] <= clock < memo[6]:
+            # The same running jobs, free GPUs, gangs and victims' tenants as at an earlier clock before its
+            # horizon: the openings found then still hold, less those passed (one within rounding of this
+            # clock may not have opened yet: kept, a round made early at worst).
+            at, horizon = memo[5], memo[6]
+            i = bisect_right(at, clock - abs(clock) * 4e-12 - 4e-9)
+            return min(at[i] if i < len(at) else math.inf, horizon)
+        victims = [v for t in over for v in by_tenant.get(t, ())]
+        at, horizon = self._openings(victims, clock, snap.free_gpus, gangs)
+        self._quiet = (*facts, clock, at, horizon)
+        return min(at[0] if at else math.inf, horizon)
+
+    def _openings(self, victims: Sequence[JobView], clock: float, free: npt.NDArray[np.float64],
+                  gangs: Iterable[tuple[int, int]]) -> tuple[list[float], float]:
+        """The clocks before the horizon at which a checkpoint window of one of `victims` opens and, with the
+        GPUs of every job in its window then released on its servers, the servers would have room for the
+        learners of one of `gangs` (sorted); and the horizon: the earliest opening past the
+        WINDOWS_FOLLOWED windows followed per job. A displacement releases only such jobs, so between two
+        of these clocks a round finds room for no gang, or only jobs it found in their windows before.
+        The window a job is in now (by its work alone, which may count a job not displaceable yet: more
+        room, a round made early at worst) was seen by the decision just made and only closes. Openings
+        are rounded down and closings up, as windows.py's; room is counted on every server whatever its
+        GPU type, CPUs or memory (more room: early at worst)."""
+        if not victims:
+            return [], math.inf
+        done, rate, as_of = self._rows.gather(victims)
+        ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
+        assert loss is not None
+        moving = rate > 0
+        step = np.where(moving, rate, 1.0)
+        work = done + rate * np.maximum(0.0, clock - as_of)  # JobView.work_at, element by element
+        k = np.floor(work / ckpt)
+        # Checkpoints k (the current window's), k+1 ... k+WINDOWS_FOLLOWED (the windows followed), and the
+        # one after them (the horizon), as rows; a column per job.
+        marks = (k + np.arange(WINDOWS_FOLLOWED + 2.0)[:, None]) * ckpt
+        reach = as_of + (marks - done) / step
+        early = reach[:-1] - np.abs(reach[:-1]) * 1e-12 - 1e-9  # windows.before()
+        end = reach[:-1] + loss / step
+        opens = np.where(moving, early, math.inf)
+        closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
+        # In a window now by work alone: it only closes (never, for a job that does not move). Else the
+        # current row is no window.
+        now = work - k * ckpt <= loss + 1e-9 * max(1.0, loss)
+        opens[0] = -math.inf
+        closes[0] = np.where(now, closes[0], -math.inf)
+        horizon = float(np.where(moving, reach[-1] - np.abs(reach[-1]) * 1e-12 - 1e-9, math.inf).min())
+        # One event per window and learner: +GPUs per learner on its server at the opening, - at the closing.
+        # Openings sort before closings at one clock (a tie counts both windows: early, never late).
+        nodes, per, col = _learner_rows(victims)
+        rows = opens.shape[0]
+        n_ev = rows * nodes.size
+        times = np.concatenate((opens[:, col].ravel(), closes[:, col].ravel()))
+        order = np.argsort(times, kind="stable")
+        delta = np.zeros((2 * n_ev, free.size))
+        where = np.tile(nodes, 2 * rows)
+        delta[np.arange(2 * n_ev), where] = np.concatenate((np.tile(per, rows), -np.tile(per, rows)))
+        held = np.cumsum(delta[order], axis=0)
+        # The openings that join (not the current row's) and are finite: the clocks a round could be wanted.
+        opening = order < n_ev
+        opening &= order >= nodes.size
+        times_sorted = times[order]
+        opening &= np.isfinite(times_sorted) & (times_sorted < horizon)
+        if not opening.any():
+            return [], horizon
+        room = free[None, :] + held[opening] + 1e-9
+        ok = np.zeros(room.shape[0], dtype=bool)
+        for per_learner, learners in gangs:
+            if per_learner <= 0:
+                ok[:] = True
+                break
+            ok |= (room // per_learner).sum(axis=1) >= learners
+        return times_sorted[opening][ok].tolist(), horizon
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
