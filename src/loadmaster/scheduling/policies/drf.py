@@ -27,6 +27,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from itertools import chain
 from typing import overload
 
 import numpy as np
@@ -495,25 +496,10 @@ def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
     return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
-def _window_row(job: JobView) -> tuple[float, float, float]:
-    """What a running job's checkpoint windows follow from: work done, rate, as_of."""
-    return (job.work_done_s, job.rate, job.as_of)
-
-
-def _learner_rows(victims: Sequence[JobView]) -> tuple[npt.NDArray[np.intp], npt.NDArray[np.float64],
-                                                       npt.NDArray[np.intp]]:
-    """Per learner of `victims`: its server, its GPUs and its job's position in `victims`."""
-    nodes: list[int] = []
-    per: list[float] = []
-    col: list[int] = []
-    for i, v in enumerate(victims):
-        a = v.allocation
-        if a is None:
-            continue
-        nodes += a.learner_nodes
-        per += [float(a.gpus_per_learner)] * len(a.learner_nodes)
-        col += [i] * len(a.learner_nodes)
-    return np.array(nodes, dtype=np.intp), np.array(per), np.array(col, dtype=np.intp)
+def _window_row(job: JobView) -> tuple[float, float, float, float]:
+    """What a running job's checkpoint windows follow from, and what it holds: GPUs, work done, rate, as_of."""
+    a = job.allocation
+    return (float(a.gpus) if a is not None else 0.0, job.work_done_s, job.rate, job.as_of)
 
 
 def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
@@ -548,8 +534,8 @@ class DrfPolicy(Policy):
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
-        # Per running view: work done, rate and as_of, for next_change_s's windows.
-        self._rows = ViewRows(3, _window_row)
+        # Per running view: GPUs held, work done, rate and as_of, for next_change_s's windows.
+        self._rows = ViewRows(4, _window_row)
         # next_change_s's last answer: (running views, free GPUs, gangs that may displace, victims' tenants, clock, the
         # openings at which a gang could start, horizon), reused while the first four stay the same.
         self._quiet: tuple[Sequence[JobView], float, frozenset[tuple[int, int]], tuple[str, ...], float, list[float],
@@ -639,7 +625,7 @@ class DrfPolicy(Policy):
         GPU type, CPUs or memory (more room: early at worst)."""
         if not victims:
             return [], math.inf
-        done, rate, as_of = self._rows.gather(victims)
+        gpus, done, rate, as_of = self._rows.gather(victims)
         ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
         assert loss is not None
         moving = rate > 0
@@ -660,32 +646,50 @@ class DrfPolicy(Policy):
         opens[0] = -math.inf
         closes[0] = np.where(now, closes[0], -math.inf)
         horizon = float(np.where(moving, reach[-1] - np.abs(reach[-1]) * 1e-12 - 1e-9, math.inf).min())
-        # One event per window and learner: +GPUs per learner on its server at the opening, - at the closing.
-        # Openings sort before closings at one clock (a tie counts both windows: early, never late).
-        nodes, per, col = _learner_rows(victims)
-        rows = opens.shape[0]
-        n_ev = rows * nodes.size
-        times = np.concatenate((opens[:, col].ravel(), closes[:, col].ravel()))
+        # The GPUs of the jobs in their windows, in all, at each joining opening before the horizon (openings
+        # sort before closings at one clock: a tie counts both windows, early, never late).
+        rows, n = opens.shape
+        times = np.concatenate((opens.ravel(), closes.ravel()))
         order = np.argsort(times, kind="stable")
-        delta = np.zeros((2 * n_ev, free.size))
-        where = np.tile(nodes, 2 * rows)
-        delta[np.arange(2 * n_ev), where] = np.concatenate((np.tile(per, rows), -np.tile(per, rows)))
-        held = np.cumsum(delta[order], axis=0)
-        # The openings that join (not the current row's) and are finite: the clocks a round could be wanted.
-        opening = order < n_ev
-        opening &= order >= nodes.size
-        times_sorted = times[order]
-        opening &= np.isfinite(times_sorted) & (times_sorted < horizon)
-        if not opening.any():
+        held = np.concatenate((np.tile(gpus, rows), -np.tile(gpus, rows)))
+        total = np.cumsum(held[order])
+        at = times[order]
+        joining = (order >= n) & (order < rows * n) & (at < horizon)
+        # A gang needs at least its GPUs in all: most openings fail here, without counting servers.
+        smallest = min(per_learner * learners for per_learner, learners in gangs)
+        joining &= total + float(free.sum()) + 1e-9 >= smallest
+        if not joining.any():
             return [], horizon
-        room = free[None, :] + held[opening] + 1e-9
-        ok = np.zeros(room.shape[0], dtype=bool)
+        # Then per server, on the servers the jobs hold (the others keep their free GPUs): one event per
+        # window and learner, +GPUs per learner on its server at the opening, - at the closing.
+        alloc = [v.allocation for v in victims]
+        counts = [len(x.learner_nodes) if x is not None else 0 for x in alloc]
+        nodes = np.fromiter(chain.from_iterable(x.learner_nodes for x in alloc if x is not None), np.intp)
+        per = np.repeat([float(x.gpus_per_learner) if x is not None else 0.0 for x in alloc], counts)
+        col = np.repeat(np.arange(n), counts)
+        servers, where = np.unique(nodes, return_inverse=True)
+        # Per server: what the windows opened by each clock hold, less what those closed before it hold (a
+        # window closing at an opening's clock still counts there).
+        wanted = at[joining]
+        width = servers.size
+        held_at = np.zeros((wanted.size, width))
+        for times_of, sign, side in ((opens[:, col].ravel(), 1.0, "right"), (closes[:, col].ravel(), -1.0, "left")):
+            order_of = np.argsort(times_of, kind="stable")
+            steps = np.zeros((times_of.size + 1, width))
+            steps[np.arange(1, times_of.size + 1), np.tile(where, rows)[order_of]] = np.tile(per, rows)[order_of]
+            upto = np.searchsorted(times_of[order_of], wanted, side=side)
+            held_at += sign * np.cumsum(steps, axis=0)[upto]
+        room = free[servers][None, :] + held_at + 1e-9
+        others = np.ones(free.size, dtype=bool)
+        others[servers] = False
+        rest = free[others] + 1e-9
+        ok = np.zeros(wanted.size, dtype=bool)
         for per_learner, learners in gangs:
             if per_learner <= 0:
                 ok[:] = True
                 break
-            ok |= (room // per_learner).sum(axis=1) >= learners
-        return times_sorted[opening][ok].tolist(), horizon
+            ok |= (room // per_learner).sum(axis=1) + float((rest // per_learner).sum()) >= learners
+        return wanted[ok].tolist(), horizon
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
