@@ -585,10 +585,13 @@ class DrfPolicy(Policy):
         current = self._current
         gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
         self._current = None  # a gate for this question only, not for the next rank()
-        within = gate.within_entitlement
+        is_over, within = gate.over, gate.within_entitlement
         # The gangs that may displace others, as (GPUs per learner, learners; elastic: its minimum).
-        gangs = {(h.spec.gpus_per_learner, min(h.spec.learners, h.spec.min_learners or h.spec.learners))
-                 for h in heads if within(h)}
+        gangs = set()
+        for h in heads:
+            s = h.spec
+            if not is_over(s.tenant) and within(h):  # most heads are of tenants past theirs: one lookup
+                gangs.add((s.gpus_per_learner, min(s.learners, s.min_learners or s.learners)))
         if not gangs:
             return math.inf
         over = tuple(t for t in gate.running_tenants if gate.above_entitlement(t))
@@ -673,11 +676,11 @@ class DrfPolicy(Policy):
         wanted = at[joining]
         width = servers.size
         held_at = np.zeros((wanted.size, width))
-        for times_of, sign, side in ((opens[:, col].ravel(), 1.0, "right"), (closes[:, col].ravel(), -1.0, "left")):
+        for times_of, sign, right in ((opens[:, col].ravel(), 1.0, True), (closes[:, col].ravel(), -1.0, False)):
             order_of = np.argsort(times_of, kind="stable")
             steps = np.zeros((times_of.size + 1, width))
             steps[np.arange(1, times_of.size + 1), np.tile(where, rows)[order_of]] = np.tile(per, rows)[order_of]
-            upto = np.searchsorted(times_of[order_of], wanted, side=side)
+            upto = np.searchsorted(times_of[order_of], wanted, side="right" if right else "left")
             held_at += sign * np.cumsum(steps, axis=0)[upto]
         room = free[servers][None, :] + held_at + 1e-9
         others = np.ones(free.size, dtype=bool)
@@ -699,8 +702,11 @@ class DrfPolicy(Policy):
         and its jobs become victims."""
         current = self._current
         gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
-        within = gate.within_entitlement
-        return -math.inf if any(within(h) for h in heads) else math.inf
+        over, within = gate.over, gate.within_entitlement
+        for h in heads:
+            if not over(h.spec.tenant) and within(h):  # most heads are of tenants past theirs: one lookup
+                return -math.inf
+        return math.inf
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
