@@ -694,20 +694,6 @@ class DrfPolicy(Policy):
             ok |= (room // per_learner).sum(axis=1) + float((rest // per_learner).sum()) >= learners
         return wanted[ok].tolist(), horizon
 
-    def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
-        """While no waiting class may displace anyone (none within its tenant's entitlement), each one's answer
-        is a placement on the free capacity, which time alone leaves as it is; a new job can only take the
-        entitlements down (a tenant that becomes active adds its weight), so none becomes one that may
-        displace. Where one may, nothing is promised: a new tenant may put another above its entitlement,
-        and its jobs become victims."""
-        current = self._current
-        gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
-        over, within = gate.over, gate.within_entitlement
-        for h in heads:
-            if not over(h.spec.tenant) and within(h):  # most heads are of tenants past theirs: one lookup
-                return -math.inf
-        return math.inf
-
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
         under `las` (see las.py): fairness is restored within a checkpoint interval at almost no lost work."""
