@@ -27,6 +27,7 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from itertools import chain
 from typing import overload
 
@@ -60,6 +61,17 @@ WINDOWS_FOLLOWED = 4
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
+_Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What a gate works out for a tenant from its usage alone (DrfGate.memo)."""
+
+    dom: float  # dominant share
+    level: tuple[int, float]  # share()
+    over: bool  # over()
+    fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
 
 
 class DrfGate(Gate):
@@ -103,7 +115,7 @@ class DrfGate(Gate):
         # decisions: tenants come and go far less often than jobs). Read-only once made.
         self.weights: _Weights = (quotas, active, self.weight, self.fair_level)
         self._levels: dict[str, tuple[int, float]] = {}
-        self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+        self._fits: dict[str, dict[_Shape, bool]] = {}
         self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
         self._dom: dict[str, float] = {}  # tenant -> dominant share
         # Has a victim been released in this round (remove())? Until then usage has only grown, and the free
@@ -111,6 +123,13 @@ class DrfGate(Gate):
         self.released = False
         self.started_gpus = 0
         self.moves = 0  # usage changes booked (starts, releases)
+        # Facts of a tenant that only follow from its GPUs, the weights and the cluster (DrfPolicy._memo, given
+        # where shares are GPU shares): (tenant, GPUs held) -> its _Facts.
+        # A gate is made at every decision, most tenants' GPUs did not change since the last, and working out
+        # their shares and which shapes fit their entitlements again cost a tenth of a decision. Not used for a
+        # tenant whose usage this round changed (`moved`).
+        self.memo: dict[tuple[str, int], _Facts] | None = None
+        self.moved: set[str] = set()
         # Tenant -> its displaceable running jobs in victim order (DrfPolicy._displaceable_of).
         self.displaceable_victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
 
@@ -138,6 +157,27 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
+    def _seed(self, tenant: str) -> bool:
+        """Fill this gate's caches for the tenant from `memo` (working its entry out if new); False where the
+        memo does not apply. Once per tenant and gate: the caches then answer."""
+        memo = self.memo
+        if memo is None or tenant in self.moved:
+            return False
+        key = (tenant, self.snap.tenant_gpus.get(tenant, 0))
+        facts = memo.get(key)
+        if facts is None:
+            w = self.weight.get(tenant, 0.0)
+            u = self._usage(tenant)
+            ig, ic, im = self.inv_total
+            d = max(u[0] * ig, u[1] * ic, u[2] * im)
+            facts = memo[key] = _Facts(d, (0, d / w) if w > 0 else (1, d),
+                                       not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
+        self._dom[tenant] = facts.dom
+        self._levels[tenant] = facts.level
+        self._over[tenant] = facts.over
+        self._fits[tenant] = facts.fits
+        return True
+
     def _dominant_now(self, tenant: str) -> float:
         """dominant(tenant), cached until the tenant's usage changes (share() and over() both ask)."""
         d = self._dom.get(tenant)
@@ -150,6 +190,8 @@ class DrfGate(Gate):
         dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
         over = self._over.get(tenant)
         if over is None:
+            if self._seed(tenant):
+                return self._over[tenant]
             w = self.weight.get(tenant, 0.0)
             over = self._over[tenant] = not (w > 0 and self._dominant_now(tenant) <= (self.fair_level + _EPS) * w)
         return over
@@ -159,6 +201,8 @@ class DrfGate(Gate):
         Cached until the tenant's usage changes: progressive filling asks for it at every step."""
         level = self._levels.get(tenant)
         if level is None:
+            if self._seed(tenant):
+                return self._levels[tenant]
             w = self.weight.get(tenant, 0.0)
             d = self._dom.get(tenant)  # _dominant_now() inline: asked for every queued tenant at each decision
             if d is None:
@@ -174,7 +218,9 @@ class DrfGate(Gate):
         t = s.tenant
         if self.over(t):
             return False
-        fits = self._fits.setdefault(t, {})
+        fits = self._fits.get(t)
+        if fits is None:
+            fits = self._fits[t] = {}
         shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
         ok = fits.get(shape)
         if ok is None:
@@ -196,6 +242,7 @@ class DrfGate(Gate):
         self._fits.pop(tenant, None)
         self._over.pop(tenant, None)
         self._dom.pop(tenant, None)
+        self.moved.add(tenant)
         self.moves += 1
 
     def add(self, job: JobView, learners: int | None = None) -> None:
@@ -534,6 +581,9 @@ class DrfPolicy(Policy):
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
+        # DrfGate.memo, for gates whose weights, fair level and cluster totals are these (weights by identity).
+        self._memo: tuple[dict[str, float], float, tuple[float, float, float],
+                          dict[tuple[str, int], _Facts]] | None = None
         # Per running view: GPUs held, work done, rate and as_of, for next_change_s's windows.
         self._rows = ViewRows(4, _window_row)
         # next_change_s's last answer: (running views, free GPUs, gangs that may displace, victims' tenants, clock, the
@@ -548,6 +598,11 @@ class DrfPolicy(Policy):
             totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
         gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights)
         self._weights = gate.weights
+        if gate.gpus_only:
+            memo = self._memo
+            if memo is None or memo[0] is not gate.weight or memo[1] != gate.fair_level or memo[2] != gate.inv_total:
+                memo = self._memo = (gate.weight, gate.fair_level, gate.inv_total, {})
+            gate.memo = memo[3]
         self._current = (snap, gate)
         return gate
 
