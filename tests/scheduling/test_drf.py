@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
@@ -253,3 +254,22 @@ def test_next_change_skips_windows_that_cannot_make_room_for_a_gang() -> None:
     # A 1-GPU gang of b fits in any one of those windows: the first of them is the next round.
     one = queued(job("b2", gpus=1, duration=100, tenant="b", submit=60))
     assert policy.next_change_s(snap, (one,)) == before(200.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(snapshots(), hst.lists(hst.integers(0, 6), min_size=1, max_size=4))
+def test_a_policy_that_decided_before_decides_as_a_fresh_one(snap: Snapshot, keeps: list[int]) -> None:
+    # A policy keeps each tenant's shares and the shapes within its entitlement across decisions, by the GPUs
+    # it holds (DrfGate.memo). Decisions on the same cluster with fewer of the jobs running first (other
+    # tenants' GPUs, the same for some), then on `snap`: every answer is a fresh policy's.
+    kept = DrfPolicy(max_loss_s=None)
+    for k in keeps:
+        earlier = Snapshot.of_running(snap.clock, snap.cluster, snap.queued, snap.running[:k], snap.tenants)
+        decide(earlier, kept, make_placer("pack"))
+    fresh = DrfPolicy(max_loss_s=None)
+    assert decide(snap, kept, make_placer("pack")) == decide(snap, fresh, make_placer("pack"))
+    a, b = kept.gate(snap), fresh.gate(snap)
+    for t in {j.spec.tenant for j in (*snap.queued, *snap.running)}:
+        assert (a.share(t), a.over(t), a.above_entitlement(t)) == (b.share(t), b.over(t), b.above_entitlement(t))
+    for j in snap.queued:
+        assert a.within_entitlement(j) == b.within_entitlement(j)
