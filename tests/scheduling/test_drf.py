@@ -6,6 +6,7 @@ from __future__ import annotations
 import random
 
 from hypothesis import given, settings
+from hypothesis import strategies as hst
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
@@ -230,3 +231,45 @@ def test_next_change_follows_only_the_windows_of_tenants_above_their_entitlement
     plan = decide(snap, policy, make_placer("pack"))
     assert not plan.starts and not plan.preempts  # nobody is in a window yet
     assert policy.next_change_s(snap, (waiting,)) == before(900.0)
+
+
+def test_next_change_skips_windows_that_cannot_make_room_for_a_gang() -> None:
+    # As above, but "a" holds four 1-GPU jobs on server 1 (checkpoints at 200, 300, 400, 500; windows of 60 s
+    # never overlap) besides its 4-GPU job on server 0 (checkpoint at 900). b's gang needs a whole server: a
+    # window of one 1-GPU job frees one GPU of server 1, room for nobody, so the first round worth making is
+    # at 900. Without server room counted, each of those windows woke a round.
+    from loadmaster.scheduling.policies.windows import before
+
+    c = Cluster(tuple(node(i) for i in range(3)))
+    a0 = running(job("a0", gpus=4, duration=10_000, tenant="a"), (0,))
+    small = tuple(running(job(f"a{i}", gpus=1, duration=10_000, tenant="a"), (1,), started=-800.0 + 100 * i)
+                  for i in range(1, 5))
+    c1 = running(job("c1", gpus=4, duration=10_000, tenant="c"), (2,), started=-700.0)
+    waiting = queued(job("b1", gpus=4, duration=100, tenant="b", submit=50))
+    snap = snapshot(c, (a0, *small, c1), (waiting,))
+    policy = DrfPolicy()
+    plan = decide(snap, policy, make_placer("pack"))
+    assert not plan.starts and not plan.preempts
+    assert policy.next_change_s(snap, (waiting,)) == before(900.0)
+    # A 1-GPU gang of b fits in any one of those windows: the first of them is the next round.
+    one = queued(job("b2", gpus=1, duration=100, tenant="b", submit=60))
+    assert policy.next_change_s(snap, (one,)) == before(200.0)
+
+
+@settings(max_examples=80, deadline=None)
+@given(snapshots(), hst.lists(hst.integers(0, 6), min_size=1, max_size=4))
+def test_a_policy_that_decided_before_decides_as_a_fresh_one(snap: Snapshot, keeps: list[int]) -> None:
+    # A policy keeps each tenant's shares and the shapes within its entitlement across decisions, by the GPUs
+    # it holds (DrfGate.memo). Decisions on the same cluster with fewer of the jobs running first (other
+    # tenants' GPUs, the same for some), then on `snap`: every answer is a fresh policy's.
+    kept = DrfPolicy(max_loss_s=None)
+    for k in keeps:
+        earlier = Snapshot.of_running(snap.clock, snap.cluster, snap.queued, snap.running[:k], snap.tenants)
+        decide(earlier, kept, make_placer("pack"))
+    fresh = DrfPolicy(max_loss_s=None)
+    assert decide(snap, kept, make_placer("pack")) == decide(snap, fresh, make_placer("pack"))
+    a, b = kept.gate(snap), fresh.gate(snap)
+    for t in {j.spec.tenant for j in (*snap.queued, *snap.running)}:
+        assert (a.share(t), a.over(t), a.above_entitlement(t)) == (b.share(t), b.over(t), b.above_entitlement(t))
+    for j in snap.queued:
+        assert a.within_entitlement(j) == b.within_entitlement(j)

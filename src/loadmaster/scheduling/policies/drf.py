@@ -27,7 +27,12 @@ import heapq
 import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Hashable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from itertools import chain
 from typing import overload
+
+import numpy as np
+import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.scheduling.plan import WaitReason
@@ -38,6 +43,7 @@ from loadmaster.scheduling.policies.srtf import (
     in_checkpoint_window,
     preemption_loss_gpu_s,
 )
+from loadmaster.scheduling.policies.view_rows import ViewRows
 from loadmaster.scheduling.policies.windows import next_window_s
 from loadmaster.scheduling.queue_index import Group, JobClass, Key, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot, TenantQuota
@@ -47,11 +53,25 @@ _EPS = 1e-12
 # decide again at least that often while jobs wait so that no such window passes unseen.
 DEFAULT_MAX_LOSS_S = 60.0
 DEFAULT_ROUND_S = 60.0
+# Checkpoint windows of each running job that next_change_s follows: past them it asks for a round (more cost
+# a little more per call and spare rounds while a gang waits for windows on enough GPUs at once).
+WINDOWS_FOLLOWED = 4
 
 
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
+_Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+
+
+@dataclass(slots=True)
+class _Facts:
+    """What a gate works out for a tenant from its usage alone (DrfGate.memo)."""
+
+    dom: float  # dominant share
+    level: tuple[int, float]  # share()
+    over: bool  # over()
+    fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
 
 
 class DrfGate(Gate):
@@ -95,7 +115,7 @@ class DrfGate(Gate):
         # decisions: tenants come and go far less often than jobs). Read-only once made.
         self.weights: _Weights = (quotas, active, self.weight, self.fair_level)
         self._levels: dict[str, tuple[int, float]] = {}
-        self._fits: dict[str, dict[tuple[int, int, float, float], bool]] = {}
+        self._fits: dict[str, dict[_Shape, bool]] = {}
         self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
         self._dom: dict[str, float] = {}  # tenant -> dominant share
         # Has a victim been released in this round (remove())? Until then usage has only grown, and the free
@@ -103,6 +123,13 @@ class DrfGate(Gate):
         self.released = False
         self.started_gpus = 0
         self.moves = 0  # usage changes booked (starts, releases)
+        # Facts of a tenant that only follow from its GPUs, the weights and the cluster (DrfPolicy._memo, given
+        # where shares are GPU shares): (tenant, GPUs held) -> its _Facts.
+        # A gate is made at every decision, most tenants' GPUs did not change since the last, and working out
+        # their shares and which shapes fit their entitlements again cost a tenth of a decision. Not used for a
+        # tenant whose usage this round changed (`moved`).
+        self.memo: dict[tuple[str, int], _Facts] | None = None
+        self.moved: set[str] = set()
         # Tenant -> its displaceable running jobs in victim order (DrfPolicy._displaceable_of).
         self.displaceable_victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
 
@@ -130,6 +157,27 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
+    def _seed(self, tenant: str) -> bool:
+        """Fill this gate's caches for the tenant from `memo` (working its entry out if new); False where the
+        memo does not apply. Once per tenant and gate: the caches then answer."""
+        memo = self.memo
+        if memo is None or tenant in self.moved:
+            return False
+        key = (tenant, self.snap.tenant_gpus.get(tenant, 0))
+        facts = memo.get(key)
+        if facts is None:
+            w = self.weight.get(tenant, 0.0)
+            u = self._usage(tenant)
+            ig, ic, im = self.inv_total
+            d = max(u[0] * ig, u[1] * ic, u[2] * im)
+            facts = memo[key] = _Facts(d, (0, d / w) if w > 0 else (1, d),
+                                       not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
+        self._dom[tenant] = facts.dom
+        self._levels[tenant] = facts.level
+        self._over[tenant] = facts.over
+        self._fits[tenant] = facts.fits
+        return True
+
     def _dominant_now(self, tenant: str) -> float:
         """dominant(tenant), cached until the tenant's usage changes (share() and over() both ask)."""
         d = self._dom.get(tenant)
@@ -142,6 +190,8 @@ class DrfGate(Gate):
         dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
         over = self._over.get(tenant)
         if over is None:
+            if self._seed(tenant):
+                return self._over[tenant]
             w = self.weight.get(tenant, 0.0)
             over = self._over[tenant] = not (w > 0 and self._dominant_now(tenant) <= (self.fair_level + _EPS) * w)
         return over
@@ -151,6 +201,8 @@ class DrfGate(Gate):
         Cached until the tenant's usage changes: progressive filling asks for it at every step."""
         level = self._levels.get(tenant)
         if level is None:
+            if self._seed(tenant):
+                return self._levels[tenant]
             w = self.weight.get(tenant, 0.0)
             d = self._dom.get(tenant)  # _dominant_now() inline: asked for every queued tenant at each decision
             if d is None:
@@ -166,7 +218,9 @@ class DrfGate(Gate):
         t = s.tenant
         if self.over(t):
             return False
-        fits = self._fits.setdefault(t, {})
+        fits = self._fits.get(t)
+        if fits is None:
+            fits = self._fits[t] = {}
         shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
         ok = fits.get(shape)
         if ok is None:
@@ -188,6 +242,7 @@ class DrfGate(Gate):
         self._fits.pop(tenant, None)
         self._over.pop(tenant, None)
         self._dom.pop(tenant, None)
+        self.moved.add(tenant)
         self.moves += 1
 
     def add(self, job: JobView, learners: int | None = None) -> None:
@@ -488,6 +543,12 @@ def _has_key_between(keys: list[Key], queue: list[Key], a: int, b: int) -> bool:
     return j < len(keys) and (b == len(queue) or keys[j] < queue[b])
 
 
+def _window_row(job: JobView) -> tuple[float, float, float, float]:
+    """What a running job's checkpoint windows follow from, and what it holds: GPUs, work done, rate, as_of."""
+    a = job.allocation
+    return (float(a.gpus) if a is not None else 0.0, job.work_done_s, job.rate, job.as_of)
+
+
 def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
     return pair[0]
 
@@ -520,6 +581,15 @@ class DrfPolicy(Policy):
         self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
+        # DrfGate.memo, for gates whose weights, fair level and cluster totals are these (weights by identity).
+        self._memo: tuple[dict[str, float], float, tuple[float, float, float],
+                          dict[tuple[str, int], _Facts]] | None = None
+        # Per running view: GPUs held, work done, rate and as_of, for next_change_s's windows.
+        self._rows = ViewRows(4, _window_row)
+        # next_change_s's last answer: (running views, free GPUs, gangs that may displace, victims' tenants, clock, the
+        # openings at which a gang could start, horizon), reused while the first four stay the same.
+        self._quiet: tuple[Sequence[JobView], float, frozenset[tuple[int, int]], tuple[str, ...], float, list[float],
+                           float] | None = None
 
     def gate(self, snap: Snapshot) -> DrfGate:
         totals = self._totals
@@ -528,6 +598,11 @@ class DrfPolicy(Policy):
             totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
         gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights)
         self._weights = gate.weights
+        if gate.gpus_only:
+            memo = self._memo
+            if memo is None or memo[0] is not gate.weight or memo[1] != gate.fair_level or memo[2] != gate.inv_total:
+                memo = self._memo = (gate.weight, gate.fair_level, gate.inv_total, {})
+            gate.memo = memo[3]
         self._current = (snap, gate)
         return gate
 
@@ -555,19 +630,124 @@ class DrfPolicy(Policy):
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
-        one; else displaceable jobs are added only when a running job completes a checkpoint."""
+        one. Else displaceable jobs are added only when a running job of a tenant above its entitlement
+        completes a checkpoint (only those may be displaced, and which tenants those are changes only with
+        events), and a round then can start a gang only if some server count holds its learners once the
+        jobs in their windows at that time are released: a window of a job too small, or on the wrong
+        servers, lets nobody start, and the round it would wake is not needed (_openings)."""
         # The gate of the decision just made on this snapshot, if it booked nothing (a plan that changed
         # nothing: the shell's usual reason to ask), is the gate a fresh one would be, its answers cached.
         current = self._current
         gate = current[1] if current is not None and current[0] is snap and not current[1].moves else self.gate(snap)
         self._current = None  # a gate for this question only, not for the next rank()
-        if not any(gate.within_entitlement(h) for h in heads):
+        is_over, within = gate.over, gate.within_entitlement
+        # The gangs that may displace others, as (GPUs per learner, learners; elastic: its minimum).
+        gangs = set()
+        for h in heads:
+            s = h.spec
+            if not is_over(s.tenant) and within(h):  # most heads are of tenants past theirs: one lookup
+                gangs.add((s.gpus_per_learner, min(s.learners, s.min_learners or s.learners)))
+        if not gangs:
             return math.inf
-        # Only jobs of tenants above their entitlement may be displaced (may_preempt), and which tenants
-        # those are changes only with events: a window of any other job lets nobody start.
+        over = tuple(t for t in gate.running_tenants if gate.above_entitlement(t))
         by_tenant = snap.running_by_tenant
-        victims = [v for t in gate.running_tenants if gate.above_entitlement(t) for v in by_tenant.get(t, ())]
-        return next_window_s(victims, snap.clock, self.checkpoint_interval_s, self.max_loss_s)
+        ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
+        if loss is None or ckpt <= 0:
+            victims = [v for t in over for v in by_tenant.get(t, ())]
+            return next_window_s(victims, snap.clock, ckpt, loss)
+        clock = snap.clock
+        facts = (snap.running, snap.free_gpu_total, frozenset(gangs), over)
+        memo = self._quiet
+        if memo is not None and memo[0] is facts[0] and memo[1:4] == facts[1:] and memo[4] <= clock < memo[6]:
+            # The same running jobs, free GPUs, gangs and victims' tenants as at an earlier clock before its
+            # horizon: the openings found then still hold, less those passed (one within rounding of this
+            # clock may not have opened yet: kept, a round made early at worst).
+            at, horizon = memo[5], memo[6]
+            i = bisect_right(at, clock - abs(clock) * 4e-12 - 4e-9)
+            return min(at[i] if i < len(at) else math.inf, horizon)
+        victims = [v for t in over for v in by_tenant.get(t, ())]
+        at, horizon = self._openings(victims, clock, snap.free_gpus, gangs)
+        self._quiet = (*facts, clock, at, horizon)
+        return min(at[0] if at else math.inf, horizon)
+
+    def _openings(self, victims: Sequence[JobView], clock: float, free: npt.NDArray[np.float64],
+                  gangs: Iterable[tuple[int, int]]) -> tuple[list[float], float]:
+        """The clocks before the horizon at which a checkpoint window of one of `victims` opens and, with the
+        GPUs of every job in its window then released on its servers, the servers would have room for the
+        learners of one of `gangs` (sorted); and the horizon: the earliest opening past the
+        WINDOWS_FOLLOWED windows followed per job. A displacement releases only such jobs, so between two
+        of these clocks a round finds room for no gang, or only jobs it found in their windows before.
+        The window a job is in now (by its work alone, which may count a job not displaceable yet: more
+        room, a round made early at worst) was seen by the decision just made and only closes. Openings
+        are rounded down and closings up, as windows.py's; room is counted on every server whatever its
+        GPU type, CPUs or memory (more room: early at worst)."""
+        if not victims:
+            return [], math.inf
+        gpus, done, rate, as_of = self._rows.gather(victims)
+        ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
+        assert loss is not None
+        moving = rate > 0
+        step = np.where(moving, rate, 1.0)
+        work = done + rate * np.maximum(0.0, clock - as_of)  # JobView.work_at, element by element
+        k = np.floor(work / ckpt)
+        # Checkpoints k (the current window's), k+1 ... k+WINDOWS_FOLLOWED (the windows followed), and the
+        # one after them (the horizon), as rows; a column per job.
+        marks = (k + np.arange(WINDOWS_FOLLOWED + 2.0)[:, None]) * ckpt
+        reach = as_of + (marks - done) / step
+        early = reach[:-1] - np.abs(reach[:-1]) * 1e-12 - 1e-9  # windows.before()
+        end = reach[:-1] + loss / step
+        opens = np.where(moving, early, math.inf)
+        closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
+        # In a window now by work alone: it only closes (never, for a job that does not move). Else the
+        # current row is no window.
+        now = work - k * ckpt <= loss + 1e-9 * max(1.0, loss)
+        opens[0] = -math.inf
+        closes[0] = np.where(now, closes[0], -math.inf)
+        horizon = float(np.where(moving, reach[-1] - np.abs(reach[-1]) * 1e-12 - 1e-9, math.inf).min())
+        # The GPUs of the jobs in their windows, in all, at each joining opening before the horizon (openings
+        # sort before closings at one clock: a tie counts both windows, early, never late).
+        rows, n = opens.shape
+        times = np.concatenate((opens.ravel(), closes.ravel()))
+        order = np.argsort(times, kind="stable")
+        held = np.concatenate((np.tile(gpus, rows), -np.tile(gpus, rows)))
+        total = np.cumsum(held[order])
+        at = times[order]
+        joining = (order >= n) & (order < rows * n) & (at < horizon)
+        # A gang needs at least its GPUs in all: most openings fail here, without counting servers.
+        smallest = min(per_learner * learners for per_learner, learners in gangs)
+        joining &= total + float(free.sum()) + 1e-9 >= smallest
+        if not joining.any():
+            return [], horizon
+        # Then per server, on the servers the jobs hold (the others keep their free GPUs): one event per
+        # window and learner, +GPUs per learner on its server at the opening, - at the closing.
+        alloc = [v.allocation for v in victims]
+        counts = [len(x.learner_nodes) if x is not None else 0 for x in alloc]
+        nodes = np.fromiter(chain.from_iterable(x.learner_nodes for x in alloc if x is not None), np.intp)
+        per = np.repeat([float(x.gpus_per_learner) if x is not None else 0.0 for x in alloc], counts)
+        col = np.repeat(np.arange(n), counts)
+        servers, where = np.unique(nodes, return_inverse=True)
+        # Per server: what the windows opened by each clock hold, less what those closed before it hold (a
+        # window closing at an opening's clock still counts there).
+        wanted = at[joining]
+        width = servers.size
+        held_at = np.zeros((wanted.size, width))
+        for times_of, sign, right in ((opens[:, col].ravel(), 1.0, True), (closes[:, col].ravel(), -1.0, False)):
+            order_of = np.argsort(times_of, kind="stable")
+            steps = np.zeros((times_of.size + 1, width))
+            steps[np.arange(1, times_of.size + 1), np.tile(where, rows)[order_of]] = np.tile(per, rows)[order_of]
+            upto = np.searchsorted(times_of[order_of], wanted, side="right" if right else "left")
+            held_at += sign * np.cumsum(steps, axis=0)[upto]
+        room = free[servers][None, :] + held_at + 1e-9
+        others = np.ones(free.size, dtype=bool)
+        others[servers] = False
+        rest = free[others] + 1e-9
+        ok = np.zeros(wanted.size, dtype=bool)
+        for per_learner, learners in gangs:
+            if per_learner <= 0:
+                ok[:] = True
+                break
+            ok |= (room // per_learner).sum(axis=1) + float((rest // per_learner).sum()) >= learners
+        return wanted[ok].tolist(), horizon
 
     def displaceable(self, snap: Snapshot, victim: JobView) -> bool:
         """With max_loss_s, a job is displaced only just after a checkpoint saved in its current run, as
