@@ -209,7 +209,15 @@ def percentile(xs: list[float], q: float) -> float:
     return s[min(len(s) - 1, max(0, round(q * (len(s) - 1))))]
 
 
-Call = tuple[float, float, Plan, Snapshot]  # wall ms, CPU ms, the plan, the snapshot it decided
+# Wall ms, CPU ms, and the plan's starts and preemptions and the snapshot's running and queued jobs: counts,
+# not the plan and snapshot themselves. A shell drops each plan once carried out; keeping 100 of them (with
+# a Wait per changed reason, thousands where a VC's reservation flips) would grow the benchmark's long-lived
+# heap call after call and bring the collector's full passes into later calls under --gc-as-is.
+Call = tuple[float, float, int, int, int, int]
+
+
+def _call(wall_ms: float, cpu_ms: float, plan: Plan, snap: Snapshot) -> Call:
+    return wall_ms, cpu_ms, len(plan.starts), len(plan.preempts), len(snap.running), len(snap.queued)
 
 
 def timed_calls(world: World, policy_name: str, placer_name: str, calls: int, collect: bool) -> list[Call]:
@@ -223,7 +231,7 @@ def timed_calls(world: World, policy_name: str, placer_name: str, calls: int, co
             gc.collect()
         c0, t0 = time.process_time(), time.perf_counter()
         plan = decide(snap, policy, placer)
-        out.append(((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000, plan, snap))
+        out.append(_call((time.perf_counter() - t0) * 1000, (time.process_time() - c0) * 1000, plan, snap))
     return out
 
 
@@ -252,7 +260,8 @@ def timed_session_calls(world: World, policy_name: str, placer_name: str, calls:
         c2, t2 = time.process_time(), time.perf_counter()
         plan = session.decide(snap)
         c3, t3 = time.process_time(), time.perf_counter()
-        out.append((((t1 - t0) + (t3 - t2)) * 1000, ((c1 - c0) + (c3 - c2)) * 1000, plan, snap))
+        out.append(_call(((t1 - t0) + (t3 - t2)) * 1000, ((c1 - c0) + (c3 - c2)) * 1000, plan, snap))
+        del plan, snap
         for v in arrivals:
             session.remove(v.job_id)
     return out
@@ -265,10 +274,10 @@ def bench(policy_name: str, placer_name: str, calls: int, seed: int, settle: boo
     timed = (timed_session_calls if session else timed_calls)(world, policy_name, placer_name, calls, collect)
     wall = [c[0] for c in timed]
     cpu = [c[1] for c in timed]
-    starts = [len(c[2].starts) for c in timed]
-    preempts = [len(c[2].preempts) for c in timed]
-    running = [len(c[3].running) for c in timed]
-    queued = [len(c[3].queued) for c in timed]
+    starts = [c[2] for c in timed]
+    preempts = [c[3] for c in timed]
+    running = [c[4] for c in timed]
+    queued = [c[5] for c in timed]
     p99 = percentile(wall, 0.99)
     return {"policy": policy_name, "placer": placer_name, "mode": "session" if session else "decide()",
             "settled_rounds": rounds, "calls": calls,
