@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -45,6 +46,11 @@ class Gate:
 
     def remove(self, job: JobView) -> None:
         """Stop counting a running job's allocation (it is being preempted)."""
+
+    def watch(self, free: FreeCapacity) -> None:
+        """The free capacity of the decide() call this gate serves, as it changes (decide() tells every gate
+        once, before anything is placed): a gate may read it to bound what a displacement can find (srtf).
+        Default: not kept."""
 
     def never_admits(self, job: JobView) -> str | None:
         """A reason why this job can never run under the tenant's limits, or None."""

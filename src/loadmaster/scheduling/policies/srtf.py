@@ -22,6 +22,7 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -75,12 +76,17 @@ def in_checkpoint_window(job: JobView, clock: float, checkpoint_interval_s: floa
 class _DisplacementGate(Gate):
     """SRTF's gate: it admits every job, as Gate does, and books what bounds the GPUs a displacement may
     find in this decide() call: the GPUs of the jobs started, and the victims released and not (wholly)
-    given back, i.e. preempted or scaled down. decide() tells a gate of every start and release."""
+    given back, i.e. preempted or scaled down. decide() tells a gate of every start and release, and shows
+    it the call's free capacity (watch())."""
 
     def __init__(self, snap: Snapshot) -> None:
         super().__init__(snap)
         self.started_gpus = 0
         self.released: dict[str, JobView] = {}
+        self.free: FreeCapacity | None = None
+
+    def watch(self, free: FreeCapacity) -> None:
+        self.free = free
 
     def add(self, job: JobView, learners: int | None = None) -> None:
         a = job.allocation
@@ -342,10 +348,53 @@ class SrtfPolicy(KeyedPolicy):
         # gives up at once).
         memo = self._by_snapshot(snap)
         k = memo.above(job.remaining_at(snap.clock))
-        if isinstance(gate, _DisplacementGate) and not self._may_fit(gate, job, memo, k):
-            return ()
+        if isinstance(gate, _DisplacementGate):
+            free = gate.free
+            if free is None:
+                fits = self._may_fit(gate, job, memo, k)
+            elif gate.released:
+                # Someone was displaced in this call: the free GPUs as they are now bound it more tightly than
+                # the snapshot's plus every release (and cost the same walk over the candidates).
+                fits = self._fits_now(free, gate, job, memo, k)
+            else:
+                # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this
+                # call, the free GPUs as they are now, where the started gangs went: under overload that
+                # rules out most searches the snapshot's bound lets through (they would release victims, try
+                # the placer and fail).
+                fits = self._may_fit(gate, job, memo, k) and (
+                    (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
+            if not fits:
+                return ()
         jobs = memo.jobs
         return (jobs[i] for i in memo.order()[:k])
+
+    def _fits_now(self, free: FreeCapacity, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
+        """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, on the free
+        GPUs of this decide() call as they are now? False only when it cannot: the search releases at most
+        those candidates not displaced already (gate.released: preempted or scaled down in this call; their
+        GPUs are in `free` now), all they hold (an elastic one keeps its minimum), and a server then holds
+        at most floor(x / GPUs per learner) learners. A job moved in this call counts again: looser, still
+        a bound. GPU counts are whole numbers, so every sum is exact in any order."""
+        spec = job.spec
+        learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
+        per = spec.gpus_per_learner
+        jobs, released = memo.jobs, gate.released
+        candidates = []
+        for i in memo.order()[:k]:
+            v = jobs[i]
+            a = v.allocation
+            if a is not None and v.job_id not in released:
+                candidates.append(a)
+        if free.total_gpus + sum(a.gpus for a in candidates) + 1e-9 < learners * per:
+            return False
+        if per <= 0:
+            return True
+        gpus = free.gpus.tolist()
+        for a in candidates:
+            g = a.gpus_per_learner
+            for node in a.learner_nodes:
+                gpus[node] += g
+        return sum(int((x + 1e-9) // per) for x in gpus) >= learners
 
     def _may_fit(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
         """Could `job`'s gang fit once the first `k` running jobs of the victim order are released? False only
