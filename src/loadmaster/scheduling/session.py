@@ -586,8 +586,9 @@ class _Walk:
                     result = no_capacity
                 elif spec.gpus_per_learner > free.max_node_gpus + 1e-9:
                     result = fragmentation
-                if result is not None and preemptive and policy.preemptor(snap, gate, view):
-                    result = None
+                if (result is not None and preemptive and policy.preemptor(snap, gate, view)
+                        and policy.room_by_displacing(snap, gate, view)):
+                    result = None  # attempt() searches: no answer without it
             if result is None:
                 result, placed = rnd.attempt(view)
             else:

@@ -99,7 +99,11 @@ class Policy(ABC):
         its gang at all? False only where that cannot happen in this decision before someone is displaced
         or resized in it (while jobs only start, the free GPUs only fall), for this job and for every later
         job of its decision class; a Session then answers the class NO_CAPACITY without a visit until then.
-        Default: True (no such bound known)."""
+        A Session's walk also asks it later in the decision, of a job whose gang exceeds the free GPUs (or
+        whose learner exceeds every server's) and would be attempted only to search for victims: False then
+        means no displacement can make room for this job at this point of the decision (with `gate` as the
+        decision left it), and the job gets attempt()'s answer without the search. Default: True (no such
+        bound known)."""
         return True
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,

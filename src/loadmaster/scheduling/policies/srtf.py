@@ -332,13 +332,13 @@ class SrtfPolicy(KeyedPolicy):
         return self._by_snapshot(snap).most > job.remaining_at(snap.clock)
 
     def room_by_displacing(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        # victim_candidates()'s bound: until someone is released it only tightens as jobs start (fewer free
-        # GPUs in all; the same candidates and servers), and a later job of the class, with at least this
-        # one's remaining work, has a prefix of its candidates.
+        # victim_candidates()'s bound, at this point of the call: before anything happened it only tightens
+        # as jobs start (fewer free GPUs in all; the same candidates and servers), and a later job of the
+        # class, with at least this one's remaining work, has a prefix of its candidates.
         if not isinstance(gate, _DisplacementGate):
             return True
         memo = self._by_snapshot(snap)
-        return self._may_fit(gate, job, memo, memo.above(job.remaining_at(snap.clock)))
+        return self._room(gate, job, memo, memo.above(job.remaining_at(snap.clock)))
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
@@ -348,25 +348,26 @@ class SrtfPolicy(KeyedPolicy):
         # gives up at once).
         memo = self._by_snapshot(snap)
         k = memo.above(job.remaining_at(snap.clock))
-        if isinstance(gate, _DisplacementGate):
-            free = gate.free
-            if free is None:
-                fits = self._may_fit(gate, job, memo, k)
-            elif gate.released:
-                # Someone was displaced in this call: the free GPUs as they are now bound it more tightly than
-                # the snapshot's plus every release (and cost the same walk over the candidates).
-                fits = self._fits_now(free, gate, job, memo, k)
-            else:
-                # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this
-                # call, the free GPUs as they are now, where the started gangs went: under overload that
-                # rules out most searches the snapshot's bound lets through (they would release victims, try
-                # the placer and fail).
-                fits = self._may_fit(gate, job, memo, k) and (
-                    (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
-            if not fits:
-                return ()
+        if isinstance(gate, _DisplacementGate) and not self._room(gate, job, memo, k):
+            return ()
         jobs = memo.jobs
         return (jobs[i] for i in memo.order()[:k])
+
+    def _room(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
+        """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, at this
+        point of the decide() call? False only when it cannot."""
+        free = gate.free
+        if free is None:  # a gate no decide() call watches (a test's): the snapshot's bound
+            return self._may_fit(gate, job, memo, k)
+        if gate.released:
+            # Someone was displaced in this call: the free GPUs as they are now bound it more tightly than the
+            # snapshot's plus every release (and cost the same walk over the candidates).
+            return self._fits_now(free, gate, job, memo, k)
+        # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this call,
+        # the free GPUs as they are now, where the started gangs went: under overload that rules out most
+        # searches the snapshot's bound lets through (they would release victims, try the placer and fail).
+        return self._may_fit(gate, job, memo, k) and (
+            (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
 
     def _fits_now(self, free: FreeCapacity, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
         """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, on the free
