@@ -119,11 +119,13 @@ class _Gains:
     order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
     prefix of them adds."""
 
-    __slots__ = ("_by_gain", "_cum", "_free", "_order", "_rooms", "asc", "gains", "jobs", "most", "snap")
+    __slots__ = ("_by_gain", "_cum", "_free", "_order", "_rooms", "asc", "gains", "jobs", "most", "snap", "work")
 
-    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], gains: npt.NDArray[np.float64]) -> None:
+    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], work: npt.NDArray[np.float64],
+                 gains: npt.NDArray[np.float64]) -> None:
         self.snap = snap
         self.jobs = jobs
+        self.work = work
         self.gains = gains
         # Sorted in Python: a few dozen floats sort faster than numpy's max() is called.
         self.asc = sorted(gains.tolist())
@@ -156,8 +158,7 @@ class _Gains:
         the jobs that gain more than x, as in order(), which only orders ties further."""
         by_gain = self._by_gain
         if by_gain is None:
-            gains = self.gains.tolist()
-            by_gain = self._by_gain = sorted(range(len(gains)), key=gains.__getitem__, reverse=True)
+            by_gain = self._by_gain = np.argsort(-self.gains, kind="stable").tolist()
         return by_gain
 
     def gpus_of_first(self, k: int) -> int:
@@ -175,23 +176,33 @@ class _Gains:
         return cum[k]
 
     def free(self) -> tuple[list[float], float, dict[float, int]]:
-        """The snapshot's free GPUs per server, in all, and per learner size the learners they hold."""
+        """The snapshot's free GPUs per server, in all (its sum: decide()'s FreeCapacity starts from it too),
+        and per learner size the learners they hold (room())."""
         free = self._free
         if free is None:
-            gpus = self.snap.free_gpus
-            free = self._free = (gpus.tolist(), float(gpus.sum()), {})
+            free = self._free = (self.snap.free_gpus.tolist(), self.snap.free_gpu_total, {})
         return free
+
+    def room(self, per: float) -> int:
+        """How many learners of `per` GPUs the snapshot's free servers hold at most: from its free-GPU buckets
+        where its shell keeps them (a few counts, not every server)."""
+        by_size = self.free()[2]
+        room = by_size.get(per)
+        if room is None:
+            buckets = self.snap.free_buckets
+            if buckets is not None:
+                room = sum(len(servers) * int((gpus + 1e-9) // per) for gpus, servers in buckets.items())
+            else:
+                room = sum(int((gpus + 1e-9) // per) for gpus in self.free()[0])
+            by_size[per] = room
+        return room
 
     def room_with_first(self, per: float, k: int) -> int:
         """How many learners of `per` GPUs the servers could hold at most with the first `k` jobs of by_gain()
         released: _may_fit()'s count with nothing else released, extended along it as asked."""
         rooms = self._rooms.get(per)
         if rooms is None:
-            free_now, _, by_size = self.free()
-            room = by_size.get(per)
-            if room is None:
-                room = by_size[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
-            rooms = self._rooms[per] = _Rooms(room)
+            rooms = self._rooms[per] = _Rooms(self.room(per))
         return rooms.at(k, per, self)
 
 
@@ -278,16 +289,17 @@ class SrtfPolicy(KeyedPolicy):
             running = self._running
             if running is None or running.jobs is not jobs:
                 running = self._running = _Running(jobs)
-            memo = self._gains_memo = _Gains(snap, jobs, self._gains(snap.clock, running))
+            memo = self._gains_memo = _Gains(snap, jobs, *self._gains(snap.clock, running))
         return memo
 
-    def _gains(self, clock: float, r: _Running) -> npt.NDArray[np.float64]:
-        """displaceable() of every job at once, with the same float operations in the same order."""
+    def _gains(self, clock: float, r: _Running) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Every job's work at `clock` and displaceable(), at once, with the same float operations in the same
+        order."""
         work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
         ckpt = self.checkpoint_interval_s
         lost = np.remainder(work, ckpt) if ckpt > 0 else work
         gains: npt.NDArray[np.float64] = np.maximum(0.0, r.duration - work) - lost - self.restart_overhead_s
-        return gains
+        return work, gains
 
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Until a running job saves a checkpoint that may let a class's first job displace it where it could
@@ -307,8 +319,7 @@ class SrtfPolicy(KeyedPolicy):
         memo = self._by_snapshot(snap)  # the gains the walk used, and the running jobs' arrays
         r = self._running
         assert r is not None and r.jobs is memo.jobs
-        # Every running job at once (work_at()'s operations, in its order).
-        work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
+        work = memo.work  # every running job's work at `clock` (work_at()'s operations, in its order)
         saved = (np.floor(work / ckpt) + 1.0) * ckpt  # the work at each one's next checkpoint
         most = np.maximum(0.0, r.duration - saved) - self.restart_overhead_s  # its gain just after it
         # The first head that cannot displace it now (remaining work >= its gain): could it after the checkpoint?
@@ -410,7 +421,7 @@ class SrtfPolicy(KeyedPolicy):
         learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
         per = spec.gpus_per_learner
         need = learners * per
-        free_now, total, rooms = memo.free()
+        free_now, total, _ = memo.free()
         if not gate.released:
             if total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 < need:
                 return False
@@ -423,9 +434,7 @@ class SrtfPolicy(KeyedPolicy):
             return False
         if per <= 0:
             return True
-        room = rooms.get(per)
-        if room is None:
-            room = rooms[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
+        room = memo.room(per)
         added: dict[int, float] = {}
         for a in itertools.chain(released, candidates):
             assert a is not None
