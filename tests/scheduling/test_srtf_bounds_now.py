@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import make_placer
-from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.srtf import SrtfPolicy, _DisplacementGate
 from loadmaster.scheduling.snapshot import FreeLedger, Snapshot
@@ -98,7 +98,7 @@ def test_the_bound_now_counts_the_free_gpus_as_they_are_and_the_candidates_left(
 
 
 def test_a_gate_no_decision_watches_uses_the_snapshots_bound() -> None:
-    snap, views = _running_world(3)
+    snap, _ = _running_world(3)
     policy = SrtfPolicy()
     waiting = queued(job("w", learners=1, gpus=1, duration=0.0))
     gate = _DisplacementGate(snap)
