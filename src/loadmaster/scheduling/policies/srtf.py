@@ -119,7 +119,8 @@ class _Gains:
     order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
     prefix of them adds."""
 
-    __slots__ = ("_by_gain", "_cum", "_free", "_order", "_rooms", "asc", "gains", "jobs", "most", "snap", "work")
+    __slots__ = ("_asked", "_by_gain", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains", "jobs", "most",
+                 "snap", "work")
 
     def __init__(self, snap: Snapshot, jobs: Sequence[JobView], work: npt.NDArray[np.float64],
                  gains: npt.NDArray[np.float64]) -> None:
@@ -135,6 +136,8 @@ class _Gains:
         self._free: tuple[list[float], float, dict[float, int]] | None = None
         self._cum: list[int] | None = None
         self._rooms: dict[float, _Rooms] = {}
+        self._asked: JobView | None = None
+        self._want = 0.0
 
     def order(self) -> list[int]:
         """The running jobs' positions by displaceable(), highest first; ties: the most recently started
@@ -147,6 +150,15 @@ class _Gains:
                 started = [0.0 if t is None else t for t in started]
             order = self._order = np.lexsort((-np.array(started, dtype=np.float64), -self.gains)).tolist()
         return order
+
+    def want_of(self, job: JobView) -> float:
+        """The remaining work `job` must beat a gain by, at this snapshot's clock: the walk asks preemptor()
+        and then room_by_displacing() of one job, so the last answer is kept."""
+        if self._asked is job:
+            return self._want
+        want = self._want = job.remaining_at(self.snap.clock)
+        self._asked = job
+        return want
 
     def above(self, want: float) -> int:
         """How many running jobs gain more than `want`: the first that many of order(), and of by_gain()."""
@@ -340,7 +352,11 @@ class SrtfPolicy(KeyedPolicy):
         return ()
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        return self._by_snapshot(snap).most > job.remaining_at(snap.clock)
+        memo = self._gains_memo
+        if memo is None or memo.snap is not snap:
+            memo = self._by_snapshot(snap)
+        want = memo.want_of(job)
+        return memo.most > want
 
     def room_by_displacing(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         # victim_candidates()'s bound, at this point of the call: before anything happened it only tightens
@@ -348,8 +364,10 @@ class SrtfPolicy(KeyedPolicy):
         # class, with at least this one's remaining work, has a prefix of its candidates.
         if not isinstance(gate, _DisplacementGate):
             return True
-        memo = self._by_snapshot(snap)
-        return self._room(gate, job, memo, memo.above(job.remaining_at(snap.clock)))
+        memo = self._gains_memo
+        if memo is None or memo.snap is not snap:
+            memo = self._by_snapshot(snap)
+        return self._room(gate, job, memo, memo.above(memo.want_of(job)))
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
@@ -358,7 +376,7 @@ class SrtfPolicy(KeyedPolicy):
         # gain. None at all when releasing every one of them cannot make room for the gang (decide() then
         # gives up at once).
         memo = self._by_snapshot(snap)
-        k = memo.above(job.remaining_at(snap.clock))
+        k = memo.above(memo.want_of(job))
         if isinstance(gate, _DisplacementGate) and not self._room(gate, job, memo, k):
             return ()
         jobs = memo.jobs
@@ -391,22 +409,28 @@ class SrtfPolicy(KeyedPolicy):
         learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
         per = spec.gpus_per_learner
         jobs, released = memo.jobs, gate.released
-        candidates = []
+        total = free.total_gpus
+        added: dict[int, int] = {}  # server -> GPUs the candidates hold there
         for i in memo.order()[:k]:
             v = jobs[i]
             a = v.allocation
-            if a is not None and v.job_id not in released:
-                candidates.append(a)
-        if free.total_gpus + sum(a.gpus for a in candidates) + 1e-9 < learners * per:
+            if a is None or v.job_id in released:
+                continue
+            g = a.gpus_per_learner
+            nodes = a.learner_nodes
+            total += len(nodes) * g
+            for node in nodes:
+                added[node] = added.get(node, 0) + g
+        if total + 1e-9 < learners * per:
             return False
         if per <= 0:
             return True
         gpus = free.gpus.tolist()
-        for a in candidates:
-            g = a.gpus_per_learner
-            for node in a.learner_nodes:
-                gpus[node] += g
-        return sum(int((x + 1e-9) // per) for x in gpus) >= learners
+        room = sum(int((x + 1e-9) // per) for x in gpus)
+        for node, more in added.items():
+            x = gpus[node]
+            room += int((x + more + 1e-9) // per) - int((x + 1e-9) // per)
+        return room >= learners
 
     def _may_fit(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
         """Could `job`'s gang fit once the first `k` running jobs of the victim order are released? False only
