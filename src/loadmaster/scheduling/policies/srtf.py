@@ -220,20 +220,20 @@ class _Gains:
 
 class _Rooms:
     """_Gains.room_with_first() for one learner size: the count after each prefix of by_gain() so far, and
-    the GPUs that prefix adds per server."""
+    the free GPUs of each server that prefix touched, with it released (whole numbers: exact)."""
 
-    __slots__ = ("added", "counts")
+    __slots__ = ("counts", "now")
 
     def __init__(self, room: int) -> None:
         self.counts = [room]
-        self.added: dict[int, float] = {}
+        self.now: dict[int, float] = {}
 
     def at(self, k: int, per: float, gains: _Gains) -> int:
         counts = self.counts
         if k < len(counts):
             return counts[k]
         free_now = gains.free()[0]
-        added = self.added
+        now = self.now
         order, jobs = gains.by_gain(), gains.jobs
         room = counts[-1]
         for i in order[len(counts) - 1:k]:
@@ -241,9 +241,11 @@ class _Rooms:
             assert a is not None
             g = a.gpus_per_learner
             for node in a.learner_nodes:
-                before = free_now[node] + added.get(node, 0.0)
-                added[node] = added.get(node, 0.0) + g
-                room += int((before + g + 1e-9) // per) - int((before + 1e-9) // per)
+                before = now.get(node)
+                if before is None:
+                    before = free_now[node]
+                after = now[node] = before + g
+                room += int((after + 1e-9) // per) - int((before + 1e-9) // per)
             counts.append(room)
         return room
 
