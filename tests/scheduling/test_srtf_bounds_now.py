@@ -124,3 +124,36 @@ def test_simulations_are_those_of_walking_every_displacement(seed: int, placemen
         return res.preemptions, [(r.spec.job_id, r.first_start_s, r.finish_s) for r in res.records]
 
     assert run(SrtfPolicy()) == run(_SrtfWithoutBound())
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from(((1, 4), (2, 4), (1, 2), (1, 1))))
+def test_the_last_bound_is_asked_again_once_the_call_started_or_released_anyone(seed: int,
+                                                                               shape: tuple[int, int]) -> None:
+    # The gate keeps the last answer for one job at one point of the call; a start or a release told to the
+    # gate, or a capacity that grew (version), is another point: the answer must be that of a fresh gate there.
+    rng = random.Random(seed)
+    snap, views = _running_world(seed)
+    learners, per = shape
+    policy = SrtfPolicy()
+    waiting = queued(job("w", learners=learners, gpus=per, duration=0.0))
+    gate = _DisplacementGate(snap)
+    free = FreeCapacity(snap)
+    gate.watch(free)
+    for step in range(4):
+        got = policy.room_by_displacing(snap, gate, waiting)
+        fresh = _DisplacementGate(snap)
+        fresh.watch(free)
+        fresh.started_gpus, fresh.released = gate.started_gpus, dict(gate.released)
+        assert got == policy.room_by_displacing(snap, fresh, waiting)
+        k = policy._by_snapshot(snap).above(0.0)
+        assert (got and k > 0) == (list(policy.victim_candidates(snap, gate, waiting, lambda: ())) != [])
+        nodes = [n for n, g in enumerate(free.gpus.tolist()) if g >= 1]
+        if step % 2 == 0 and nodes:
+            free.take(Allocation(f"s{step}", (rng.choice(nodes),), 1, 0.0, 0.0))
+            gate.add(queued(job(f"s{step}")), 1)
+        elif views:
+            v = views[step % len(views)]
+            if v.job_id not in gate.released and v.allocation is not None:
+                gate.remove(v)
+                free.give(v.allocation, grow=False)

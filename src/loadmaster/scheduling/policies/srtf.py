@@ -84,11 +84,17 @@ class _DisplacementGate(Gate):
         self.started_gpus = 0
         self.released: dict[str, JobView] = {}
         self.free: FreeCapacity | None = None
+        # Starts and releases told so far: with the capacity's version, what the free arrays are at a point of
+        # the call (decide() changes them only with a start or release it tells, a success that bumps the
+        # version, or a search it undoes). The last bound answered, for that point.
+        self.changes = 0
+        self.last_room: tuple[JobView, int, int, int, bool] | None = None
 
     def watch(self, free: FreeCapacity) -> None:
         self.free = free
 
     def add(self, job: JobView, learners: int | None = None) -> None:
+        self.changes += 1
         a = job.allocation
         if a is None:  # a queued job starts
             self.started_gpus += (job.spec.learners if learners is None else learners) * job.spec.gpus_per_learner
@@ -96,6 +102,7 @@ class _DisplacementGate(Gate):
             self.released.pop(job.job_id, None)
 
     def remove(self, job: JobView) -> None:
+        self.changes += 1
         self.released[job.job_id] = job
 
 
@@ -390,15 +397,23 @@ class SrtfPolicy(KeyedPolicy):
         free = gate.free
         if free is None:  # a gate no decide() call watches (a test's): the snapshot's bound
             return self._may_fit(gate, job, memo, k)
+        last = gate.last_room
+        if (last is not None and last[0] is job and last[1] == k and last[2] == gate.changes
+                and last[3] == free.version):
+            return last[4]  # a walk asks room_by_displacing(), then attempt() asks victim_candidates()
         if gate.released:
             # Someone was displaced in this call: the free GPUs as they are now bound it more tightly than the
             # snapshot's plus every release (and cost the same walk over the candidates).
-            return self._fits_now(free, gate, job, memo, k)
-        # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this call,
-        # the free GPUs as they are now, where the started gangs went: under overload that rules out most
-        # searches the snapshot's bound lets through (they would release victims, try the placer and fail).
-        return self._may_fit(gate, job, memo, k) and (
-            (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
+            fits = self._fits_now(free, gate, job, memo, k)
+        else:
+            # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this
+            # call, the free GPUs as they are now, where the started gangs went: under overload that rules
+            # out most searches the snapshot's bound lets through (they would release victims, try the placer
+            # and fail).
+            fits = self._may_fit(gate, job, memo, k) and (
+                (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
+        gate.last_room = (job, k, gate.changes, free.version, fits)
+        return fits
 
     def _fits_now(self, free: FreeCapacity, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
         """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, on the free
