@@ -177,7 +177,7 @@ class _Gains:
         the jobs that gain more than x, as in order(), which only orders ties further."""
         by_gain = self._by_gain
         if by_gain is None:
-            by_gain = self._by_gain = np.argsort(-self.gains, kind="stable").tolist()
+            by_gain = self._by_gain = (-self.gains).argsort(kind="stable").tolist()
         return by_gain
 
     def gpus_of_first(self, k: int) -> int:
@@ -334,7 +334,8 @@ class SrtfPolicy(KeyedPolicy):
         if ckpt <= 0 or not snap.running:
             return math.inf  # all the work is at stake: a gain only ever falls
         clock = snap.clock
-        wants = np.sort(np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads)))
+        wants = np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads))
+        wants.sort()
         if not wants.size:
             return math.inf
         memo = self._by_snapshot(snap)  # the gains the walk used, and the running jobs' arrays
@@ -344,7 +345,7 @@ class SrtfPolicy(KeyedPolicy):
         saved = (np.floor(work / ckpt) + 1.0) * ckpt  # the work at each one's next checkpoint
         most = np.maximum(0.0, r.duration - saved) - self.restart_overhead_s  # its gain just after it
         # The first head that cannot displace it now (remaining work >= its gain): could it after the checkpoint?
-        i = np.searchsorted(wants, memo.gains, side="left")
+        i = wants.searchsorted(memo.gains, side="left")
         first = wants[np.minimum(i, wants.size - 1)]
         moving = r.rate > 0  # a job making no progress keeps its gain
         risky = moving & (i < wants.size) & (first < most + 1e-6)
