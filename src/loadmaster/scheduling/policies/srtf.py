@@ -141,7 +141,7 @@ class _Gains:
         self._order: list[int] | None = None
         self._by_gain: list[int] | None = None
         self._free: tuple[list[float], float, dict[float, int]] | None = None
-        self._cum: list[int] | None = None
+        self._cum: list[int] = [0]  # extended by gpus_of_first() and by _Rooms.at(), which walk the same prefix
         self._rooms: dict[float, _Rooms] = {}
         self._asked: JobView | None = None
         self._want = 0.0
@@ -183,8 +183,6 @@ class _Gains:
     def gpus_of_first(self, k: int) -> int:
         """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked)."""
         cum = self._cum
-        if cum is None:
-            cum = self._cum = [0]
         if k >= len(cum):
             jobs, total = self.jobs, cum[-1]
             for i in self.by_gain()[len(cum) - 1:k]:
@@ -241,13 +239,16 @@ class _Rooms:
             return counts[k]
         free_now = gains.free()[0]
         now = self.now
-        order, jobs = gains.by_gain(), gains.jobs
+        order, jobs, cum = gains.by_gain(), gains.jobs, gains._cum
         room = counts[-1]
         for i in order[len(counts) - 1:k]:
             a = jobs[i].allocation
             assert a is not None
             g = a.gpus_per_learner
-            for node in a.learner_nodes:
+            nodes = a.learner_nodes
+            if len(cum) == len(counts):  # the GPU sums along the same prefix (gpus_of_first), on the way
+                cum.append(cum[-1] + len(nodes) * g)
+            for node in nodes:
                 before = now.get(node)
                 if before is None:
                     before = free_now[node]
@@ -465,9 +466,10 @@ class SrtfPolicy(KeyedPolicy):
         need = learners * per
         free_now, total, _ = memo.free()
         if not gate.released:
-            if total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 < need:
+            # Both counts, the room first: its walk along the prefix extends the GPU sums too.
+            if per > 0 and memo.room_with_first(per, k) < learners:
                 return False
-            return per <= 0 or memo.room_with_first(per, k) >= learners
+            return total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 >= need
         jobs = memo.jobs
         released = [v.allocation for v in gate.released.values()]
         candidates = [jobs[i].allocation for i in memo.order()[:k]]
