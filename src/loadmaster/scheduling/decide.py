@@ -145,6 +145,7 @@ class _Round:
     migrate: bool = False  # defragment: move smaller running jobs so that a gang waiting on fragmentation fits
 
     def __post_init__(self) -> None:
+        self.gate.watch(self.free)
         self.gated = type(self.gate) is not Gate
         # The base placer's cache key is the job's shape: no need to ask for it per job.
         self.cache_key = None if type(self.placer).cache_key is Placer.cache_key else self.placer.cache_key

@@ -11,6 +11,7 @@ from typing import ClassVar
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -45,6 +46,11 @@ class Gate:
 
     def remove(self, job: JobView) -> None:
         """Stop counting a running job's allocation (it is being preempted)."""
+
+    def watch(self, free: FreeCapacity) -> None:
+        """The free capacity of the decide() call this gate serves, as it changes (decide() tells every gate
+        once, before anything is placed): a gate may read it to bound what a displacement can find (srtf).
+        Default: not kept."""
 
     def never_admits(self, job: JobView) -> str | None:
         """A reason why this job can never run under the tenant's limits, or None."""
@@ -93,7 +99,11 @@ class Policy(ABC):
         its gang at all? False only where that cannot happen in this decision before someone is displaced
         or resized in it (while jobs only start, the free GPUs only fall), for this job and for every later
         job of its decision class; a Session then answers the class NO_CAPACITY without a visit until then.
-        Default: True (no such bound known)."""
+        A Session's walk also asks it later in the decision, of a job whose gang exceeds the free GPUs (or
+        whose learner exceeds every server's) and would be attempted only to search for victims: False then
+        means no displacement can make room for this job at this point of the decision (with `gate` as the
+        decision left it), and the job gets attempt()'s answer without the search. Default: True (no such
+        bound known)."""
         return True
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,

@@ -22,6 +22,7 @@ from operator import attrgetter
 import numpy as np
 import numpy.typing as npt
 
+from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.keyed import Key, KeyedPolicy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
@@ -75,14 +76,25 @@ def in_checkpoint_window(job: JobView, clock: float, checkpoint_interval_s: floa
 class _DisplacementGate(Gate):
     """SRTF's gate: it admits every job, as Gate does, and books what bounds the GPUs a displacement may
     find in this decide() call: the GPUs of the jobs started, and the victims released and not (wholly)
-    given back, i.e. preempted or scaled down. decide() tells a gate of every start and release."""
+    given back, i.e. preempted or scaled down. decide() tells a gate of every start and release, and shows
+    it the call's free capacity (watch())."""
 
     def __init__(self, snap: Snapshot) -> None:
         super().__init__(snap)
         self.started_gpus = 0
         self.released: dict[str, JobView] = {}
+        self.free: FreeCapacity | None = None
+        # Starts and releases told so far: with the capacity's version, what the free arrays are at a point of
+        # the call (decide() changes them only with a start or release it tells, a success that bumps the
+        # version, or a search it undoes). The last bound answered, for that point.
+        self.changes = 0
+        self.last_room: tuple[JobView, int, int, int, bool] | None = None
+
+    def watch(self, free: FreeCapacity) -> None:
+        self.free = free
 
     def add(self, job: JobView, learners: int | None = None) -> None:
+        self.changes += 1
         a = job.allocation
         if a is None:  # a queued job starts
             self.started_gpus += (job.spec.learners if learners is None else learners) * job.spec.gpus_per_learner
@@ -90,6 +102,7 @@ class _DisplacementGate(Gate):
             self.released.pop(job.job_id, None)
 
     def remove(self, job: JobView) -> None:
+        self.changes += 1
         self.released[job.job_id] = job
 
 
@@ -113,11 +126,14 @@ class _Gains:
     order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
     prefix of them adds."""
 
-    __slots__ = ("_by_gain", "_cum", "_free", "_order", "_rooms", "asc", "gains", "jobs", "most", "snap")
+    __slots__ = ("_asked", "_by_gain", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains", "jobs", "most",
+                 "snap", "work")
 
-    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], gains: npt.NDArray[np.float64]) -> None:
+    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], work: npt.NDArray[np.float64],
+                 gains: npt.NDArray[np.float64]) -> None:
         self.snap = snap
         self.jobs = jobs
+        self.work = work
         self.gains = gains
         # Sorted in Python: a few dozen floats sort faster than numpy's max() is called.
         self.asc = sorted(gains.tolist())
@@ -125,8 +141,10 @@ class _Gains:
         self._order: list[int] | None = None
         self._by_gain: list[int] | None = None
         self._free: tuple[list[float], float, dict[float, int]] | None = None
-        self._cum: list[int] | None = None
+        self._cum: list[int] = [0]  # extended by gpus_of_first() and by _Rooms.at(), which walk the same prefix
         self._rooms: dict[float, _Rooms] = {}
+        self._asked: JobView | None = None
+        self._want = 0.0
 
     def order(self) -> list[int]:
         """The running jobs' positions by displaceable(), highest first; ties: the most recently started
@@ -140,6 +158,15 @@ class _Gains:
             order = self._order = np.lexsort((-np.array(started, dtype=np.float64), -self.gains)).tolist()
         return order
 
+    def want_of(self, job: JobView) -> float:
+        """The remaining work `job` must beat a gain by, at this snapshot's clock: the walk asks preemptor()
+        and then room_by_displacing() of one job, so the last answer is kept."""
+        if self._asked is job:
+            return self._want
+        want = self._want = job.remaining_at(self.snap.clock)
+        self._asked = job
+        return want
+
     def above(self, want: float) -> int:
         """How many running jobs gain more than `want`: the first that many of order(), and of by_gain()."""
         asc = self.asc
@@ -150,15 +177,12 @@ class _Gains:
         the jobs that gain more than x, as in order(), which only orders ties further."""
         by_gain = self._by_gain
         if by_gain is None:
-            gains = self.gains.tolist()
-            by_gain = self._by_gain = sorted(range(len(gains)), key=gains.__getitem__, reverse=True)
+            by_gain = self._by_gain = (-self.gains).argsort(kind="stable").tolist()
         return by_gain
 
     def gpus_of_first(self, k: int) -> int:
         """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked)."""
         cum = self._cum
-        if cum is None:
-            cum = self._cum = [0]
         if k >= len(cum):
             jobs, total = self.jobs, cum[-1]
             for i in self.by_gain()[len(cum) - 1:k]:
@@ -169,52 +193,67 @@ class _Gains:
         return cum[k]
 
     def free(self) -> tuple[list[float], float, dict[float, int]]:
-        """The snapshot's free GPUs per server, in all, and per learner size the learners they hold."""
+        """The snapshot's free GPUs per server, in all (its sum: decide()'s FreeCapacity starts from it too),
+        and per learner size the learners they hold (room())."""
         free = self._free
         if free is None:
-            gpus = self.snap.free_gpus
-            free = self._free = (gpus.tolist(), float(gpus.sum()), {})
+            free = self._free = (self.snap.free_gpus.tolist(), self.snap.free_gpu_total, {})
         return free
+
+    def room(self, per: float) -> int:
+        """How many learners of `per` GPUs the snapshot's free servers hold at most: from its free-GPU buckets
+        where its shell keeps them (a few counts, not every server)."""
+        by_size = self.free()[2]
+        room = by_size.get(per)
+        if room is None:
+            buckets = self.snap.free_buckets
+            if buckets is not None:
+                room = sum(len(servers) * int((gpus + 1e-9) // per) for gpus, servers in buckets.items())
+            else:
+                room = sum(int((gpus + 1e-9) // per) for gpus in self.free()[0])
+            by_size[per] = room
+        return room
 
     def room_with_first(self, per: float, k: int) -> int:
         """How many learners of `per` GPUs the servers could hold at most with the first `k` jobs of by_gain()
         released: _may_fit()'s count with nothing else released, extended along it as asked."""
         rooms = self._rooms.get(per)
         if rooms is None:
-            free_now, _, by_size = self.free()
-            room = by_size.get(per)
-            if room is None:
-                room = by_size[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
-            rooms = self._rooms[per] = _Rooms(room)
+            rooms = self._rooms[per] = _Rooms(self.room(per))
         return rooms.at(k, per, self)
 
 
 class _Rooms:
     """_Gains.room_with_first() for one learner size: the count after each prefix of by_gain() so far, and
-    the GPUs that prefix adds per server."""
+    the free GPUs of each server that prefix touched, with it released (whole numbers: exact)."""
 
-    __slots__ = ("added", "counts")
+    __slots__ = ("counts", "now")
 
     def __init__(self, room: int) -> None:
         self.counts = [room]
-        self.added: dict[int, float] = {}
+        self.now: dict[int, float] = {}
 
     def at(self, k: int, per: float, gains: _Gains) -> int:
         counts = self.counts
         if k < len(counts):
             return counts[k]
         free_now = gains.free()[0]
-        added = self.added
-        order, jobs = gains.by_gain(), gains.jobs
+        now = self.now
+        order, jobs, cum = gains.by_gain(), gains.jobs, gains._cum
         room = counts[-1]
         for i in order[len(counts) - 1:k]:
             a = jobs[i].allocation
             assert a is not None
             g = a.gpus_per_learner
-            for node in a.learner_nodes:
-                before = free_now[node] + added.get(node, 0.0)
-                added[node] = added.get(node, 0.0) + g
-                room += int((before + g + 1e-9) // per) - int((before + 1e-9) // per)
+            nodes = a.learner_nodes
+            if len(cum) == len(counts):  # the GPU sums along the same prefix (gpus_of_first), on the way
+                cum.append(cum[-1] + len(nodes) * g)
+            for node in nodes:
+                before = now.get(node)
+                if before is None:
+                    before = free_now[node]
+                after = now[node] = before + g
+                room += int((after + 1e-9) // per) - int((before + 1e-9) // per)
             counts.append(room)
         return room
 
@@ -272,16 +311,17 @@ class SrtfPolicy(KeyedPolicy):
             running = self._running
             if running is None or running.jobs is not jobs:
                 running = self._running = _Running(jobs)
-            memo = self._gains_memo = _Gains(snap, jobs, self._gains(snap.clock, running))
+            memo = self._gains_memo = _Gains(snap, jobs, *self._gains(snap.clock, running))
         return memo
 
-    def _gains(self, clock: float, r: _Running) -> npt.NDArray[np.float64]:
-        """displaceable() of every job at once, with the same float operations in the same order."""
+    def _gains(self, clock: float, r: _Running) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+        """Every job's work at `clock` and displaceable(), at once, with the same float operations in the same
+        order."""
         work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
         ckpt = self.checkpoint_interval_s
         lost = np.remainder(work, ckpt) if ckpt > 0 else work
         gains: npt.NDArray[np.float64] = np.maximum(0.0, r.duration - work) - lost - self.restart_overhead_s
-        return gains
+        return work, gains
 
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Until a running job saves a checkpoint that may let a class's first job displace it where it could
@@ -295,18 +335,18 @@ class SrtfPolicy(KeyedPolicy):
         if ckpt <= 0 or not snap.running:
             return math.inf  # all the work is at stake: a gain only ever falls
         clock = snap.clock
-        wants = np.sort(np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads)))
+        wants = np.fromiter((h.remaining_at(clock) for h in heads), np.float64, len(heads))
+        wants.sort()
         if not wants.size:
             return math.inf
         memo = self._by_snapshot(snap)  # the gains the walk used, and the running jobs' arrays
         r = self._running
         assert r is not None and r.jobs is memo.jobs
-        # Every running job at once (work_at()'s operations, in its order).
-        work = r.done + r.rate * np.maximum(0.0, clock - r.as_of)
+        work = memo.work  # every running job's work at `clock` (work_at()'s operations, in its order)
         saved = (np.floor(work / ckpt) + 1.0) * ckpt  # the work at each one's next checkpoint
         most = np.maximum(0.0, r.duration - saved) - self.restart_overhead_s  # its gain just after it
         # The first head that cannot displace it now (remaining work >= its gain): could it after the checkpoint?
-        i = np.searchsorted(wants, memo.gains, side="left")
+        i = wants.searchsorted(memo.gains, side="left")
         first = wants[np.minimum(i, wants.size - 1)]
         moving = r.rate > 0  # a job making no progress keeps its gain
         risky = moving & (i < wants.size) & (first < most + 1e-6)
@@ -323,16 +363,22 @@ class SrtfPolicy(KeyedPolicy):
         return ()
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        return self._by_snapshot(snap).most > job.remaining_at(snap.clock)
+        memo = self._gains_memo
+        if memo is None or memo.snap is not snap:
+            memo = self._by_snapshot(snap)
+        want = memo.want_of(job)
+        return memo.most > want
 
     def room_by_displacing(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
-        # victim_candidates()'s bound: until someone is released it only tightens as jobs start (fewer free
-        # GPUs in all; the same candidates and servers), and a later job of the class, with at least this
-        # one's remaining work, has a prefix of its candidates.
+        # victim_candidates()'s bound, at this point of the call: before anything happened it only tightens
+        # as jobs start (fewer free GPUs in all; the same candidates and servers), and a later job of the
+        # class, with at least this one's remaining work, has a prefix of its candidates.
         if not isinstance(gate, _DisplacementGate):
             return True
-        memo = self._by_snapshot(snap)
-        return self._may_fit(gate, job, memo, memo.above(job.remaining_at(snap.clock)))
+        memo = self._gains_memo
+        if memo is None or memo.snap is not snap:
+            memo = self._by_snapshot(snap)
+        return self._room(gate, job, memo, memo.above(memo.want_of(job)))
 
     def victim_candidates(self, snap: Snapshot, gate: Gate, job: JobView,
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
@@ -341,11 +387,69 @@ class SrtfPolicy(KeyedPolicy):
         # gain. None at all when releasing every one of them cannot make room for the gang (decide() then
         # gives up at once).
         memo = self._by_snapshot(snap)
-        k = memo.above(job.remaining_at(snap.clock))
-        if isinstance(gate, _DisplacementGate) and not self._may_fit(gate, job, memo, k):
+        k = memo.above(memo.want_of(job))
+        if isinstance(gate, _DisplacementGate) and not self._room(gate, job, memo, k):
             return ()
         jobs = memo.jobs
         return (jobs[i] for i in memo.order()[:k])
+
+    def _room(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
+        """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, at this
+        point of the decide() call? False only when it cannot."""
+        free = gate.free
+        if free is None:  # a gate no decide() call watches (a test's): the snapshot's bound
+            return self._may_fit(gate, job, memo, k)
+        last = gate.last_room
+        if (last is not None and last[0] is job and last[1] == k and last[2] == gate.changes
+                and last[3] == free.version):
+            return last[4]  # a walk asks room_by_displacing(), then attempt() asks victim_candidates()
+        if gate.released:
+            # Someone was displaced in this call: the free GPUs as they are now bound it more tightly than the
+            # snapshot's plus every release (and cost the same walk over the candidates).
+            fits = self._fits_now(free, gate, job, memo, k)
+        else:
+            # The snapshot's bound first (its sums are kept per snapshot); once jobs have started in this
+            # call, the free GPUs as they are now, where the started gangs went: under overload that rules
+            # out most searches the snapshot's bound lets through (they would release victims, try the placer
+            # and fail).
+            fits = self._may_fit(gate, job, memo, k) and (
+                (gate.started_gpus == 0 and free.version == 0) or self._fits_now(free, gate, job, memo, k))
+        gate.last_room = (job, k, gate.changes, free.version, fits)
+        return fits
+
+    def _fits_now(self, free: FreeCapacity, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
+        """Could `job`'s gang fit once the first `k` running jobs of the victim order are released, on the free
+        GPUs of this decide() call as they are now? False only when it cannot: the search releases at most
+        those candidates not displaced already (gate.released: preempted or scaled down in this call; their
+        GPUs are in `free` now), all they hold (an elastic one keeps its minimum), and a server then holds
+        at most floor(x / GPUs per learner) learners. A job moved in this call counts again: looser, still
+        a bound. GPU counts are whole numbers, so every sum is exact in any order."""
+        spec = job.spec
+        learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
+        per = spec.gpus_per_learner
+        jobs, released = memo.jobs, gate.released
+        total = free.total_gpus
+        added: dict[int, int] = {}  # server -> GPUs the candidates hold there
+        for i in memo.order()[:k]:
+            v = jobs[i]
+            a = v.allocation
+            if a is None or v.job_id in released:
+                continue
+            g = a.gpus_per_learner
+            nodes = a.learner_nodes
+            total += len(nodes) * g
+            for node in nodes:
+                added[node] = added.get(node, 0) + g
+        if total + 1e-9 < learners * per:
+            return False
+        if per <= 0:
+            return True
+        gpus = free.gpus.tolist()
+        room = sum(int((x + 1e-9) // per) for x in gpus)
+        for node, more in added.items():
+            x = gpus[node]
+            room += int((x + more + 1e-9) // per) - int((x + 1e-9) // per)
+        return room >= learners
 
     def _may_fit(self, gate: _DisplacementGate, job: JobView, memo: _Gains, k: int) -> bool:
         """Could `job`'s gang fit once the first `k` running jobs of the victim order are released? False only
@@ -360,11 +464,12 @@ class SrtfPolicy(KeyedPolicy):
         learners = spec.min_learners or spec.learners if spec.elastic else spec.learners
         per = spec.gpus_per_learner
         need = learners * per
-        free_now, total, rooms = memo.free()
+        free_now, total, _ = memo.free()
         if not gate.released:
-            if total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 < need:
+            # Both counts, the room first: its walk along the prefix extends the GPU sums too.
+            if per > 0 and memo.room_with_first(per, k) < learners:
                 return False
-            return per <= 0 or memo.room_with_first(per, k) >= learners
+            return total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 >= need
         jobs = memo.jobs
         released = [v.allocation for v in gate.released.values()]
         candidates = [jobs[i].allocation for i in memo.order()[:k]]
@@ -373,9 +478,7 @@ class SrtfPolicy(KeyedPolicy):
             return False
         if per <= 0:
             return True
-        room = rooms.get(per)
-        if room is None:
-            room = rooms[per] = sum(int((gpus + 1e-9) // per) for gpus in free_now)
+        room = memo.room(per)
         added: dict[int, float] = {}
         for a in itertools.chain(released, candidates):
             assert a is not None
