@@ -25,6 +25,7 @@ from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
+from loadmaster.sim.collector import paused
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.records import JobRecord, Timeline
@@ -138,7 +139,8 @@ class Simulator:
         self.tenants = dict(tenants or {})
 
     def run(self, workload: Workload, progress: ProgressFn | None = None) -> SimResult:
-        return _Run(self, workload, progress).run()
+        with paused():
+            return _Run(self, workload, progress).run()
 
 
 class _Run:
