@@ -38,6 +38,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
@@ -70,6 +71,9 @@ class Session:
         self.incremental = (type(policy).order_key is not Policy.order_key and not placer.time_dependent_key)
         self._uses_class_order = type(policy).class_order is not Policy.class_order
         self._jobs: dict[str, JobView] = {}
+        # The provider `queued` hands every snapshot, made once (the dict is never replaced): a tuple of its
+        # views as they are when a policy first iterates them.
+        self._queued_tuple = partial(tuple, self._jobs.values())
         self._tenants: dict[str, int] = {}  # queued jobs per tenant
         # Incremental mode: the classified jobs, their classes, and jobs to (re)classify at the next decision
         # with the reason they had before (None: never given one).
@@ -93,8 +97,7 @@ class Session:
     @property
     def queued(self) -> LazyJobs:
         """The queued jobs, for the snapshot (copied only if a policy iterates them)."""
-        jobs = self._jobs
-        return LazyJobs(lambda: tuple(jobs.values()), len(jobs))
+        return LazyJobs(self._queued_tuple, len(self._jobs))
 
     def __len__(self) -> int:
         return len(self._jobs)

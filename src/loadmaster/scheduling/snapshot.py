@@ -120,6 +120,24 @@ class FreeLedger:
             else:
                 insort(new, node)
 
+    def moved_gpus(self, node: int, old_gpus: float, new_gpus: float) -> None:
+        """moved(node, old_gpus, new_gpus, 0.0, 0.0) without the two additions of zero (the CPU and memory sums
+        start from sums of capacities, never -0.0, so x + 0.0 is x): a shell whose traces request no CPUs or
+        memory (Philly's) moves only GPUs, twice per attempt."""
+        self.gpus += new_gpus - old_gpus
+        if new_gpus != old_gpus:
+            buckets = self._buckets
+            old = buckets[old_gpus]
+            if len(old) == 1:
+                del buckets[old_gpus]
+            else:
+                del old[bisect_left(old, node)]
+            new = buckets.get(new_gpus)
+            if new is None:
+                buckets[new_gpus] = [node]
+            else:
+                insort(new, node)
+
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
         return self.gpus, self.cpus, self.mem, max(self._buckets) if self._buckets else 0.0
