@@ -6,6 +6,7 @@ cli/fast.py run a plain `sim run` or `queue` without building it, and hands ever
 
 from __future__ import annotations
 
+import gc
 import importlib
 import sys
 from typing import TYPE_CHECKING, Any
@@ -70,6 +71,10 @@ def main() -> Any:
     """The console script: a plain `sim run` or `queue` without the app (cli/fast.py), anything else through it."""
     from loadmaster.cli.fast import run_fast
 
+    if sys.argv[1:2] == ["sim"]:
+        # A simulation's process makes objects that live to its end, and exits (sim/collector.py): the collector
+        # stays off for good, so that nothing walks them, not even once after the run as a pause's end would.
+        gc.disable()
     status = run_fast(sys.argv[1:])
     if status is not None:
         sys.exit(status)
