@@ -13,9 +13,11 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.core.frozen import fast_init
 from loadmaster.core.job import Allocation, JobSpec
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JobView:
     """What the scheduler may know of a job: its spec and its progress, never its future.
