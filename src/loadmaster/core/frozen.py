@@ -45,7 +45,7 @@ def fast_init(cls: type[T]) -> type[T]:
     if hasattr(cls, "__post_init__"):
         body.append("    self.__post_init__()")
     source = f"def __init__(self, {', '.join(args)}):\n" + "\n".join(body or ["    pass"]) + "\n"
-    exec(source, namespace)
+    exec(source, namespace)  # made from the class's own field names, as dataclasses makes the generated one
     init = namespace["__init__"]
     generated = cls.__init__
     if _parameters(init) != _parameters(generated):  # an InitVar, say: the generated one takes more
