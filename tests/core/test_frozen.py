@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from loadmaster.core.frozen import fast_init
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
-from loadmaster.scheduling.plan import Start
+from loadmaster.scheduling.plan import Plan, Start
 from loadmaster.scheduling.snapshot import JobView
 from loadmaster.sim.failures import AttemptPlan
 
@@ -56,6 +56,21 @@ def test_the_fast_init_builds_what_the_generated_one_builds(a: int, b: float, c:
     assert hash(dataclasses.replace(fast, a=a)) == hash(fast)
 
 
+@fast_init
+@dataclass(frozen=True)
+class _FastDict:
+    a: int
+    b: tuple[int, ...] = ()
+
+
+def test_a_class_without_slots_gets_its_fields_in_its_dict() -> None:
+    fast = _FastDict(1)
+    assert fast.__dict__ == {"a": 1, "b": ()}
+    assert _FastDict(b=(2,), a=1) == _FastDict(1, (2,))
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.a = 2  # type: ignore[misc]
+
+
 def test_the_class_stays_frozen_and_picklable() -> None:
     fast = _Fast(1, 2.0)
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -77,14 +92,15 @@ def test_the_library_classes_keep_their_signature_and_checks() -> None:
     assert (view.attempt, view.allocation, view.work_done_s, view.rate, view.started_at) == (2, alloc, 5.0, 0.0, None)
     assert Start("j", alloc).allocation is alloc
     assert AttemptPlan((1.0,), (), JobStatus.COMPLETED).attempts == 1
-    for cls in (JobSpec, Allocation, JobView, Start, AttemptPlan):
+    assert Plan(starts=(Start("j", alloc),)).starts[0].job_id == "j" and Plan().waits == ()
+    for cls in (JobSpec, Allocation, JobView, Start, AttemptPlan, Plan):
         with pytest.raises(dataclasses.FrozenInstanceError):
             setattr(cls.__new__(cls), dataclasses.fields(cls)[0].name, None)
 
 
 def test_what_it_cannot_build_is_refused() -> None:
-    @dataclass(frozen=True)
-    class NoSlots:
+    @dataclass
+    class Mutable:
         a: int
 
     @dataclass(frozen=True, slots=True)
@@ -99,6 +115,6 @@ def test_what_it_cannot_build_is_refused() -> None:
         def __post_init__(self, b: int) -> None:
             pass
 
-    for cls in (NoSlots, Factory, WithInitVar):
+    for cls in (Mutable, Factory, WithInitVar):
         with pytest.raises(TypeError, match="fast_init"):
             fast_init(cls)

@@ -75,6 +75,7 @@ class Wait(NamedTuple):
     reason: WaitReason
 
 
+@fast_init
 @dataclass(frozen=True)
 class Plan:
     starts: tuple[Start, ...] = ()
