@@ -166,6 +166,8 @@ class _Run:
         # With migration, a re-auctioning policy (themis) may move running jobs into GPUs that free up while
         # nobody waits: decisions are made then too, as the live loop makes them on every change.
         self.reauctions = sim.config.migrate and isinstance(sim.policy, Reauctions)
+        # Whether the placer's answers never change with time alone (placer_wake() asks after every decision).
+        self.placer_static = type(sim.placer).next_change_s is Placer.next_change_s
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
@@ -230,11 +232,21 @@ class _Run:
         events, lives, running, queued = self.events, self.live, self.running, self.queued
         # advance() inline (once per loop) unless a subclass adds to it.
         own_advance = type(self).advance is not _Run.advance
+        inf = math.inf
+        heappop = heapq.heappop
+        gated = self.gate is not None
+        progress = self.progress
         while True:
-            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
-            t_event = events[0][0] if events else math.inf
-            t = min(t_arrival, t_event, min(next_round, next_wake) if queued else math.inf)
-            if t == math.inf or (until is not None and t > until):
+            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
+            t_event = events[0][0] if events else inf
+            # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
+            # first of equal values, as min() gives it (an int submit time stays an int).
+            t = t_event if t_event < t_arrival else t_arrival
+            if queued:
+                t_timer = next_wake if next_wake < next_round else next_round
+                if t_timer < t:
+                    t = t_timer
+            if t == inf or (until is not None and t > until):
                 break
             if t == next_round and t < min(quiet_until, t_arrival, t_event, next_wake):
                 assert round_s
@@ -249,13 +261,13 @@ class _Run:
                     self.contention_integral += (len(queued) + len(running)) * dt
                     self.clock = t
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
-                if self.gate is None:
-                    self.arrive(next_arrival)
-                else:
+                if gated:
                     self.offer(next_arrival)
+                else:
+                    self.arrive(next_arrival)
                 next_arrival += 1
             while events and events[0][0] <= t:
-                _, _, idx, token = heapq.heappop(events)
+                _, _, idx, token = heappop(events)
                 live = lives[idx]
                 if live is not None and live.token == token and live.view.spec.job_id in running:
                     self.end_attempt(live)
@@ -279,8 +291,8 @@ class _Run:
                 busy_gpus.append(self.busy)
                 queued_n.append(len(queued))
             loops += 1
-            if self.progress is not None and loops % 2000 == 0:
-                self.progress(self.clock, self.finished)
+            if progress is not None and loops % 2000 == 0:
+                progress(self.clock, self.finished)
         end = self.clock if until is None else max(self.clock, until)
         self.advance(end)
         for tenant in list(self.held):  # still held at the end (a stop at --until): submitted now, unfinished
@@ -428,7 +440,7 @@ class _Run:
         alone (Placer.next_change_s). Decisions happen only on events, so without this wake-up such a job
         would wait for the next arrival or completion even after its wait relaxed."""
         wake = math.inf
-        if type(self.sim.placer).next_change_s is Placer.next_change_s:
+        if self.placer_static:
             return wake  # this placer's answers never change with time alone
         for view in self.session.waiting_for(WaitReason.LOCALITY_WAIT):
             at = self.sim.placer.next_change_s(view, self.snap)
@@ -446,6 +458,19 @@ class _Run:
         return {t: tuple(views.values()) for t, views in self.tenant_running.items()}
 
     def apply(self, plan: Plan) -> None:
+        if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
+            self.apply_stops(plan)
+        for s in plan.starts:
+            self.start(self.dequeue(s.job_id), s.allocation)
+        for w in plan.waits:
+            live = self.queued[w.job_id]
+            if live.reason != w.reason:
+                self.close_wait(live)
+                live.reason = w.reason
+                live.record.last_wait_reason = w.reason
+
+    def apply_stops(self, plan: Plan) -> None:
+        """What apply() does before the starts: preemptions, resizes, moves and rejections, in that order."""
         for p in plan.preempts:
             self.preempt(self.running[p.job_id])
         for z in plan.resizes:
@@ -463,14 +488,6 @@ class _Run:
             self.close_wait(live)
             self.set_status(live, JobStatus.FAILED)
             self.finish(live)
-        for s in plan.starts:
-            self.start(self.dequeue(s.job_id), s.allocation)
-        for w in plan.waits:
-            live = self.queued[w.job_id]
-            if live.reason != w.reason:
-                self.close_wait(live)
-                live.reason = w.reason
-                live.record.last_wait_reason = w.reason
 
     def close_wait(self, live: _Live) -> None:
         """Book the time waited since the last reason change under that reason."""
