@@ -138,13 +138,9 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
             spread.extend([int(n)] * int(c))
         learner_nodes = tuple(spread)
     s = job.spec
-    return Allocation(
-        job_id=s.job_id,
-        learner_nodes=learner_nodes,
-        gpus_per_learner=s.gpus_per_learner,
-        cpus_per_learner=s.cpus_per_learner if cpus is None else cpus,
-        mem_gb_per_learner=s.mem_gb_per_learner if mem_gb is None else mem_gb,
-    )
+    # Positional (job_id, learner_nodes, gpus, cpus, memory per learner): one per placement, keywords cost more.
+    return Allocation(s.job_id, learner_nodes, s.gpus_per_learner, s.cpus_per_learner if cpus is None else cpus,
+                      s.mem_gb_per_learner if mem_gb is None else mem_gb)
 
 
 def tightest_node(whole: npt.NDArray[np.bool_], free: FreeCapacity) -> int | None:
