@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import gc
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -81,5 +82,27 @@ def main() -> Any:
     return __getattr__("app")()
 
 
+def script() -> None:
+    """The console script and `python -m loadmaster.cli.main`: main(), and after a simulation that succeeded,
+    the end of the process without the interpreter's teardown. A simulation keeps its records, specs and
+    views to its end, and freeing them one by one at exit cost ~0.35 s of CPU on 117,000 jobs (as much as
+    loading them); its outputs are written and closed by then, and the standard streams are flushed here.
+    Anything else, and a failure, exits as usual."""
+    simulating = sys.argv[1:2] == ["sim"]
+    try:
+        main()
+    except SystemExit as exc:
+        if not (simulating and exc.code in (0, None)):
+            raise
+    else:
+        if not simulating:
+            return
+    if "logging" in sys.modules:  # handlers may buffer (nothing in a simulation logs today)
+        sys.modules["logging"].shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main()
+    script()
