@@ -86,11 +86,14 @@ class FreeLedger:
     Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
     readers compare them with a tolerance)."""
 
-    __slots__ = ("_buckets", "cpus", "gpus", "mem")
+    __slots__ = ("_buckets", "_top", "cpus", "gpus", "mem")
 
     def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
                  mem: npt.NDArray[np.float64]) -> None:
         self._buckets: dict[float, list[int]] = {}
+        # The largest free-GPU count (the largest bucket key), kept until a bucket comes or goes: totals() is
+        # asked at every decision, and the keys change far less often.
+        self._top: float | None = None
         self.gpus = self.cpus = self.mem = 0.0
         self.reset(gpus, cpus, mem)
 
@@ -102,6 +105,7 @@ class FreeLedger:
         for node, g in enumerate(gpus.tolist()):
             buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
         self._buckets = buckets
+        self._top = None
 
     def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
         """Server `node`'s free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus and
@@ -114,11 +118,13 @@ class FreeLedger:
             old = buckets[old_gpus]
             if len(old) == 1:
                 del buckets[old_gpus]
+                self._top = None
             else:
                 del old[bisect_left(old, node)]
             new = buckets.get(new_gpus)
             if new is None:
                 buckets[new_gpus] = [node]
+                self._top = None
             else:
                 insort(new, node)
 
@@ -132,17 +138,22 @@ class FreeLedger:
             old = buckets[old_gpus]
             if len(old) == 1:
                 del buckets[old_gpus]
+                self._top = None
             else:
                 del old[bisect_left(old, node)]
             new = buckets.get(new_gpus)
             if new is None:
                 buckets[new_gpus] = [node]
+                self._top = None
             else:
                 insort(new, node)
 
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
-        return self.gpus, self.cpus, self.mem, max(self._buckets) if self._buckets else 0.0
+        top = self._top
+        if top is None:
+            top = self._top = max(self._buckets) if self._buckets else 0.0
+        return self.gpus, self.cpus, self.mem, top
 
     @property
     def buckets(self) -> Mapping[float, list[int]]:
