@@ -479,7 +479,7 @@ class _Run:
         moving = [(self.running[m.job_id], m.allocation, self.checkpoint(self.running[m.job_id]))
                   for m in plan.migrations]
         for live, _, _ in moving:
-            self.stop_running(live)
+            self.stop_only(live)
         for live, alloc, (kept, attained) in moving:
             self.migrate(live, alloc, kept, attained)
         for r in plan.rejects:
@@ -613,6 +613,12 @@ class _Run:
 
     def stop_running(self, live: _Live) -> float:
         """Release the job's GPUs; returns its work done. Books GPU time."""
+        self.stop_only(live)
+        return live.view.work_at(self.clock)
+
+    def stop_only(self, live: _Live) -> None:
+        """stop_running() for a caller that has no use for the work done (an attempt's end, a preemption or
+        a move, which work out what they keep themselves)."""
         view = live.view
         alloc = view.allocation
         assert alloc is not None
@@ -635,7 +641,6 @@ class _Run:
         live.record.gpu_s += held
         live.attempt_gpu_s += held
         live.token += 1
-        return view.work_at(self.clock)
 
     def requeue(self, live: _Live, work_done: float, attained: float, preemptions: int) -> None:
         self.set_status(live, JobStatus.QUEUED)
@@ -673,7 +678,7 @@ class _Run:
         view = live.view
         assert view.allocation is not None
         kept, attained = self.checkpoint(live)
-        self.stop_running(live)
+        self.stop_only(live)
         live.record.preemptions += 1
         self.preemptions += 1
         self.requeue(live, kept, attained, view.preemptions + 1)
@@ -694,7 +699,7 @@ class _Run:
         view = live.view
         assert view.allocation is not None
         attained = view.attained_at(self.clock)
-        self.stop_running(live)
+        self.stop_only(live)
         if live.smoking:
             self.smoke.gpu_s += live.attempt_gpu_s
             self.smoke.runs += 1
