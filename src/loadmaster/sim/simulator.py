@@ -698,9 +698,9 @@ class _Run:
     def end_attempt(self, live: _Live) -> None:
         view = live.view
         assert view.allocation is not None
-        attained = view.attained_at(self.clock)
         self.stop_only(live)
         if live.smoking:
+            attained = view.attained_at(self.clock)
             self.smoke.gpu_s += live.attempt_gpu_s
             self.smoke.runs += 1
             if live.attempts.runtimes[live.attempt_idx] > self.sim.config.smoke_test_s or not self.fails(live):
@@ -723,6 +723,9 @@ class _Run:
             if live.attempt_idx < len(cats):
                 live.record.failure_categories += (cats[live.attempt_idx].value,)
         if not last:
+            # Attained service as of the end (stop_only() changed neither the view nor the clock); a job that
+            # ends here for good never needs it.
+            attained = view.attained_at(self.clock)
             live.attempt_idx += 1
             if not live.smoking:
                 if live.view.spec is not live.record.spec:
@@ -745,7 +748,8 @@ class _Run:
         if record.first_start_s is None:
             record.ideal_s = 0.0  # rejected before it ran: finish-time fairness does not apply
         else:
-            record.ideal_s = work * max(1.0, spec.gpus / share) if spec.gpus > 0 else work
+            gpus = spec.learners * spec.gpus_per_learner  # spec.gpus
+            record.ideal_s = work * max(1.0, gpus / share) if gpus > 0 else work
         self.finished += 1
         self.live[live.index] = None
 
