@@ -166,6 +166,7 @@ class _Run:
         # With migration, a re-auctioning policy (themis) may move running jobs into GPUs that free up while
         # nobody waits: decisions are made then too, as the live loop makes them on every change.
         self.reauctions = sim.config.migrate and isinstance(sim.policy, Reauctions)
+        self.rate_of = sim.perf.rate  # asked at every start
         # Whether the placer's answers never change with time alone (placer_wake() asks after every decision).
         self.placer_static = type(sim.placer).next_change_s is Placer.next_change_s
         self.queued_views: dict[str, JobView] = {}
@@ -576,7 +577,7 @@ class _Run:
             self.growable[job_id] = None
         elif self.growable:
             self.growable.pop(job_id, None)
-        rate = self.sim.perf.rate(spec, alloc)
+        rate = self.rate_of(spec, alloc)
         if rate <= 0:
             raise AssertionError(f"non-positive rate for {job_id}")
         clock = self.clock
@@ -591,10 +592,11 @@ class _Run:
             end = begins + (min(target, self.sim.config.smoke_test_s) if self.fails(live)
                             else self.sim.config.smoke_test_s)
         else:
-            end = begins + max(0.0, target - old.work_done_s) / rate
-        live.token += 1
-        self.seq += 1
-        heapq.heappush(self.events, (end, self.seq, live.index, live.token))
+            left = target - old.work_done_s
+            end = begins + (left if left > 0.0 else 0.0) / rate  # max(0.0, left), as max() gives it
+        token = live.token = live.token + 1
+        seq = self.seq = self.seq + 1
+        heapq.heappush(self.events, (end, seq, live.index, token))
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
