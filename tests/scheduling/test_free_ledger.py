@@ -53,6 +53,32 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
         assert {k: v for k, v in ledger.buckets.items()} == _buckets(gpus)
 
 
+@settings(max_examples=150, deadline=None)
+@given(servers=st.integers(1, 12), cpus0=st.sampled_from([0.0, 32.0, 0.5]),
+       steps=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8), st.booleans()), max_size=80))
+def test_moving_gpus_alone_is_moving_them_with_zero_cpus_and_memory(
+        servers: int, cpus0: float, steps: list[tuple[int, int, bool]]) -> None:
+    """moved_gpus() (the simulator's one-learner, GPU-only start and end) leaves a ledger exactly as moved()
+    with zero CPU and memory changes does: totals bit for bit, buckets in the same order."""
+    gpus = np.full(servers, _CAP_G)
+    cpus = np.full(servers, cpus0)
+    mem = np.zeros(servers)
+    full, short = FreeLedger(gpus, cpus, mem), FreeLedger(gpus, cpus, mem)
+    for node, g, give_back in steps:
+        n = node % servers
+        sign = -1 if give_back and gpus[n] + g <= _CAP_G else 1
+        if sign == 1 and gpus[n] < g:
+            continue
+        had = gpus.item(n)
+        left = had - sign * g
+        gpus[n] = left
+        full.moved(n, had, left, 0.0, 0.0)
+        short.moved_gpus(n, had, left)
+        assert short.totals() == full.totals()
+        assert [(k, list(v)) for k, v in short.buckets.items()] == [(k, list(v)) for k, v in full.buckets.items()]
+        assert {k: v for k, v in short.buckets.items()} == _buckets(gpus)
+
+
 def _buckets(gpus: np.ndarray) -> dict[float, list[int]]:
     out: dict[float, list[int]] = {}
     for node, g in enumerate(gpus.tolist()):

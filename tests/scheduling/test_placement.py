@@ -1,10 +1,13 @@
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import JobView, Snapshot, WaitReason, make_placer
 from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.placement.base import fewest_servers
 from tests.helpers import cluster, job, queued
 
 
@@ -68,3 +71,34 @@ def test_type_preference_is_followed_in_order(placement: str) -> None:
     assert isinstance(alloc, Allocation) and alloc.nodes == {2}
     only_v = placer.place(j, 2, FreeCapacity(busy_v), busy_v, prefer=("v100",))
     assert isinstance(only_v, WaitReason)
+
+
+def _fewest_servers_by_lists(slots: np.ndarray, learners: int) -> tuple[list[int], list[int]]:
+    """fewest_servers() as it was written first: the last node chosen by min() over a list of candidates."""
+    order = np.argsort(-slots, kind="stable")
+    nodes: list[int] = []
+    counts: list[int] = []
+    remaining = learners
+    for n in order:
+        take = int(min(slots[n], remaining))
+        if take <= 0:
+            break
+        nodes.append(int(n))
+        counts.append(take)
+        remaining -= take
+        if remaining == 0:
+            break
+    used = set(nodes[:-1])
+    candidates = [int(n) for n in np.flatnonzero(slots >= counts[-1]) if int(n) not in used]
+    if candidates:
+        nodes[-1] = min(candidates, key=lambda n: (int(slots[n]), n))
+    return nodes, counts
+
+
+@settings(max_examples=300, deadline=None)
+@given(slots=st.lists(st.integers(0, 8), min_size=1, max_size=40), learners=st.integers(1, 40))
+def test_fewest_servers_picks_the_last_node_as_the_list_version_did(slots: list[int], learners: int) -> None:
+    array = np.array(slots, dtype=np.int64)
+    if int(np.minimum(array, learners).sum()) < learners:
+        return  # fewest_servers() is only asked when the slots hold the gang
+    assert fewest_servers(array, learners) == _fewest_servers_by_lists(array, learners)

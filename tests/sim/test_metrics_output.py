@@ -8,6 +8,8 @@ import io
 from collections import Counter
 from pathlib import Path
 
+import pytest
+
 from loadmaster.core.job import JobStatus
 from loadmaster.sim.metrics import JOB_COLUMNS, delay_classes, summarize, write_jobs_csv
 from loadmaster.sim.records import JobRecord
@@ -69,3 +71,15 @@ def test_summary_adds_up_as_the_plain_sums() -> None:
     for r in records:
         reasons.update(r.wait_s)
     assert s["wait_by_reason_s"] == dict(sorted(reasons.items()))
+
+
+def test_rows_stay_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Plain rows are written a batch at a time; a row that needs quoting writes the batch before it."""
+    from loadmaster.sim import metrics
+
+    records = _records() * 3
+    records.append(JobRecord(job("never,started", gpus=1)))
+    for size in (1, 2, 3, 1000):
+        monkeypatch.setattr(metrics, "_BATCH", size)
+        write_jobs_csv(records, tmp_path / "jobs.csv")
+        assert (tmp_path / "jobs.csv").read_bytes() == _plain_csv(records).encode()

@@ -6,7 +6,9 @@ cli/fast.py run a plain `sim run` or `queue` without building it, and hands ever
 
 from __future__ import annotations
 
+import gc
 import importlib
+import os
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -70,11 +72,37 @@ def main() -> Any:
     """The console script: a plain `sim run` or `queue` without the app (cli/fast.py), anything else through it."""
     from loadmaster.cli.fast import run_fast
 
+    if sys.argv[1:2] == ["sim"]:
+        # A simulation's process makes objects that live to its end, and exits (sim/collector.py): the collector
+        # stays off for good, so that nothing walks them, not even once after the run as a pause's end would.
+        gc.disable()
     status = run_fast(sys.argv[1:])
     if status is not None:
         sys.exit(status)
     return __getattr__("app")()
 
 
+def script() -> None:
+    """The console script and `python -m loadmaster.cli.main`: main(), and after a simulation that succeeded,
+    the end of the process without the interpreter's teardown. A simulation keeps its records, specs and
+    views to its end, and freeing them one by one at exit cost ~0.35 s of CPU on 117,000 jobs (as much as
+    loading them); its outputs are written and closed by then, and the standard streams are flushed here.
+    Anything else, and a failure, exits as usual."""
+    simulating = sys.argv[1:2] == ["sim"]
+    try:
+        main()
+    except SystemExit as exc:
+        if not (simulating and exc.code in (0, None)):
+            raise
+    else:
+        if not simulating:
+            return
+    if "logging" in sys.modules:  # handlers may buffer (nothing in a simulation logs today)
+        sys.modules["logging"].shutdown()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 if __name__ == "__main__":
-    main()
+    script()

@@ -13,6 +13,7 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.placement import PLACERS, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
+from loadmaster.sim.collector import paused
 from loadmaster.sim.experiment import PLOT_FORMATS, RunOptions, RunOutcome, simulate, write_run
 from loadmaster.sim.failures import RetryPolicy
 from loadmaster.sim.gang_options import parse_gang, parse_timeout, timeout_label
@@ -138,16 +139,18 @@ def run_sim(out: Path, trace: str, cluster: str, policy: str, placement: str, fm
         from loadmaster.sim.learner_at_a_time import check_supported
 
         check_supported(make_policy(policy), make_placer(placement))
-    workload, clu = inputs(trace, fmt, cluster)
-    opts = options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
-                   restart_overhead, gang_on, timeout, migrate_on, smoke_test, vc_queue)
-    horizon = workload.jobs[-1].submit_time_s
-    bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
-    try:
-        outcome = simulate(workload, clu, opts, bar, label=f"{policy}/{placement}{suffix}")
-    finally:
-        bar.close()
-    written = write_run(out, outcome, plots)
+    # Loading, simulating and writing make objects that live to the end and almost no cycles (collector.py).
+    with paused():
+        workload, clu = inputs(trace, fmt, cluster)
+        opts = options(policy, placement, retry, max_attempts, seed, quotas, until, checkpoint_interval,
+                       restart_overhead, gang_on, timeout, migrate_on, smoke_test, vc_queue)
+        horizon = workload.jobs[-1].submit_time_s
+        bar = SimProgress(horizon, f"{policy}/{placement}{suffix}", enabled=not as_json)
+        try:
+            outcome = simulate(workload, clu, opts, bar, label=f"{policy}/{placement}{suffix}")
+        finally:
+            bar.close()
+        written = write_run(out, outcome, plots)
     if as_json:
         print_json(outcome.summary)
         return

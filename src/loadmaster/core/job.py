@@ -6,6 +6,8 @@ import math
 from dataclasses import dataclass, field
 from enum import StrEnum
 
+from loadmaster.core.frozen import fast_init
+
 
 class FinalStatus(StrEnum):
     """How a job ended in the trace it came from (Philly's vocabulary)."""
@@ -97,6 +99,7 @@ def check_transition(job_id: str, old: JobStatus, new: JobStatus) -> None:
         raise IllegalTransition(f"job {job_id}: {old} -> {new} is not allowed; from {old}: {allowed}")
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One job of a workload, in the canonical workload vocabulary.
@@ -181,6 +184,7 @@ class JobSpec:
         return None
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Allocation:
     """Where a job's learners run: node index per learner, and what each learner was given.

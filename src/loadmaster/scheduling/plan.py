@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import NamedTuple
 
+from loadmaster.core.frozen import fast_init
 from loadmaster.core.job import Allocation
 
 
@@ -29,6 +30,7 @@ class WaitReason(StrEnum):
         return "capacity"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class Start:
     job_id: str
@@ -73,6 +75,7 @@ class Wait(NamedTuple):
     reason: WaitReason
 
 
+@fast_init
 @dataclass(frozen=True)
 class Plan:
     starts: tuple[Start, ...] = ()

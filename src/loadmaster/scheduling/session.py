@@ -38,6 +38,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from functools import partial
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
@@ -70,6 +71,9 @@ class Session:
         self.incremental = (type(policy).order_key is not Policy.order_key and not placer.time_dependent_key)
         self._uses_class_order = type(policy).class_order is not Policy.class_order
         self._jobs: dict[str, JobView] = {}
+        # The provider `queued` hands every snapshot, made once (the dict is never replaced): a tuple of its
+        # views as they are when a policy first iterates them.
+        self._queued_tuple = partial(tuple, self._jobs.values())
         self._tenants: dict[str, int] = {}  # queued jobs per tenant
         # Incremental mode: the classified jobs, their classes, and jobs to (re)classify at the next decision
         # with the reason they had before (None: never given one).
@@ -96,8 +100,7 @@ class Session:
     @property
     def queued(self) -> LazyJobs:
         """The queued jobs, for the snapshot (copied only if a policy iterates them)."""
-        jobs = self._jobs
-        return LazyJobs(lambda: tuple(jobs.values()), len(jobs))
+        return LazyJobs(self._queued_tuple, len(self._jobs))
 
     def __len__(self) -> int:
         return len(self._jobs)
@@ -116,7 +119,9 @@ class Session:
         if old is not None:
             self._count_tenant(old.spec.tenant, -1)
             self._quiet = None  # a changed view: its class's answer may change
-        self._count_tenant(view.spec.tenant, 1)
+        tenants = self._tenants  # _count_tenant(tenant, 1) inline: once per arrival, never a deletion
+        tenant = view.spec.tenant
+        tenants[tenant] = tenants.get(tenant, 0) + 1
         self._jobs[job_id] = view
         if self.incremental:
             self._pending[job_id] = self._detach(job_id)
@@ -129,8 +134,14 @@ class Session:
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
-        if view is not None:
-            self._count_tenant(view.spec.tenant, -1)
+        if view is not None:  # _count_tenant(tenant, -1) inline: once per start
+            tenants = self._tenants
+            tenant = view.spec.tenant
+            n = tenants.get(tenant, 0) - 1
+            if n:
+                tenants[tenant] = n
+            else:
+                del tenants[tenant]
 
     def _count_tenant(self, tenant: str, change: int) -> None:
         n = self._tenants.get(tenant, 0) + change

@@ -13,9 +13,11 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.core.frozen import fast_init
 from loadmaster.core.job import Allocation, JobSpec
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class JobView:
     """What the scheduler may know of a job: its spec and its progress, never its future.
@@ -84,11 +86,14 @@ class FreeLedger:
     Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
     readers compare them with a tolerance)."""
 
-    __slots__ = ("_buckets", "cpus", "gpus", "mem")
+    __slots__ = ("_buckets", "_top", "cpus", "gpus", "mem")
 
     def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
                  mem: npt.NDArray[np.float64]) -> None:
         self._buckets: dict[float, list[int]] = {}
+        # The largest free-GPU count (the largest bucket key), kept until a bucket comes or goes: totals() is
+        # asked at every decision, and the keys change far less often.
+        self._top: float | None = None
         self.gpus = self.cpus = self.mem = 0.0
         self.reset(gpus, cpus, mem)
 
@@ -100,6 +105,7 @@ class FreeLedger:
         for node, g in enumerate(gpus.tolist()):
             buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
         self._buckets = buckets
+        self._top = None
 
     def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
         """Server `node`'s free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus and
@@ -112,17 +118,42 @@ class FreeLedger:
             old = buckets[old_gpus]
             if len(old) == 1:
                 del buckets[old_gpus]
+                self._top = None
             else:
                 del old[bisect_left(old, node)]
             new = buckets.get(new_gpus)
             if new is None:
                 buckets[new_gpus] = [node]
+                self._top = None
+            else:
+                insort(new, node)
+
+    def moved_gpus(self, node: int, old_gpus: float, new_gpus: float) -> None:
+        """moved(node, old_gpus, new_gpus, 0.0, 0.0) without the two additions of zero (the CPU and memory sums
+        start from sums of capacities, never -0.0, so x + 0.0 is x): a shell whose traces request no CPUs or
+        memory (Philly's) moves only GPUs, twice per attempt."""
+        self.gpus += new_gpus - old_gpus
+        if new_gpus != old_gpus:
+            buckets = self._buckets
+            old = buckets[old_gpus]
+            if len(old) == 1:
+                del buckets[old_gpus]
+                self._top = None
+            else:
+                del old[bisect_left(old, node)]
+            new = buckets.get(new_gpus)
+            if new is None:
+                buckets[new_gpus] = [node]
+                self._top = None
             else:
                 insort(new, node)
 
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
-        return self.gpus, self.cpus, self.mem, max(self._buckets) if self._buckets else 0.0
+        top = self._top
+        if top is None:
+            top = self._top = max(self._buckets) if self._buckets else 0.0
+        return self.gpus, self.cpus, self.mem, top
 
     @property
     def buckets(self) -> Mapping[float, list[int]]:

@@ -22,6 +22,7 @@ from enum import StrEnum
 
 import numpy as np
 
+from loadmaster.core.frozen import fast_init
 from loadmaster.core.job import FailureCategory, FinalStatus, JobSpec, JobStatus
 
 C = FailureCategory
@@ -52,6 +53,7 @@ class RetryPolicy(StrEnum):
     CLASSIFIED = "classified"
 
 
+@fast_init
 @dataclass(frozen=True, slots=True)
 class AttemptPlan:
     """Work-seconds each attempt runs before it ends; every attempt but the last fails."""

@@ -36,6 +36,7 @@ class PerformanceModel:
         self._node_type = [n.gpu_type for n in cluster.nodes]
         self._node_rack = cluster.rack_ids.tolist()
         self._cpu_memo: dict[tuple[str, int, float, float], float] = {}
+        self._default_factor: dict[str, float] = {}
 
     def type_factor(self, spec: JobSpec, gpu_type: str) -> float:
         if spec.gpus_per_learner == 0:
@@ -45,7 +46,10 @@ class PerformanceModel:
             if speed is not None:
                 best = max((s for t, s in spec.type_speed if t in self.cluster.gpu_types), default=1.0)
                 return speed / best if best > 0 else 1.0
-        return self.type_speed.get(gpu_type, 1.0) / self._best_default
+        factor = self._default_factor.get(gpu_type)
+        if factor is None:  # the same division at every start: made once per type
+            factor = self._default_factor[gpu_type] = self.type_speed.get(gpu_type, 1.0) / self._best_default
+        return factor
 
     def locality_factor(self, spec: JobSpec, alloc: Allocation) -> float:
         nodes = alloc.nodes
@@ -61,8 +65,8 @@ class PerformanceModel:
         recorded runtime is replayed as recorded under any placer that honours requests; more CPUs, up to
         the family's want, speed it up, fewer slow it down. A request of 0 (the trace records none) counts
         as the want met; an allocation that carries no CPUs is not CPU-bound."""
-        if not self.cpu:
-            return 1.0
+        if not self.cpu or alloc.cpus_per_learner <= 0:
+            return 1.0  # cpu_speed()'s own answer for an allocation without CPUs, without making its key
         key = (spec.model, spec.gpus_per_learner, spec.cpus_per_learner, alloc.cpus_per_learner)
         factor = self._cpu_memo.get(key)
         if factor is None:  # a pure function of few values: asked at every start, worked out once per key

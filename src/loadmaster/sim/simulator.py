@@ -17,7 +17,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.job import Allocation, JobSpec, JobStatus, check_transition
+from loadmaster.core.job import TRANSITIONS, Allocation, JobSpec, JobStatus, check_transition
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
@@ -25,6 +25,7 @@ from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
+from loadmaster.sim.collector import paused
 from loadmaster.sim.failures import AttemptPlan, FailureModel
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.records import JobRecord, Timeline
@@ -138,7 +139,8 @@ class Simulator:
         self.tenants = dict(tenants or {})
 
     def run(self, workload: Workload, progress: ProgressFn | None = None) -> SimResult:
-        return _Run(self, workload, progress).run()
+        with paused():
+            return _Run(self, workload, progress).run()
 
 
 class _Run:
@@ -164,6 +166,9 @@ class _Run:
         # With migration, a re-auctioning policy (themis) may move running jobs into GPUs that free up while
         # nobody waits: decisions are made then too, as the live loop makes them on every change.
         self.reauctions = sim.config.migrate and isinstance(sim.policy, Reauctions)
+        self.rate_of = sim.perf.rate  # asked at every start
+        # Whether the placer's answers never change with time alone (placer_wake() asks after every decision).
+        self.placer_static = type(sim.placer).next_change_s is Placer.next_change_s
         self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
@@ -226,25 +231,44 @@ class _Run:
         times, busy_gpus, queued_n = self.timeline.times, self.timeline.busy_gpus, self.timeline.queued
         # The same objects for the whole run (emptied in place, never replaced): looked up once.
         events, lives, running, queued = self.events, self.live, self.running, self.queued
+        # advance() inline (once per loop) unless a subclass adds to it.
+        own_advance = type(self).advance is not _Run.advance
+        inf = math.inf
+        heappop = heapq.heappop
+        gated = self.gate is not None
+        progress = self.progress
         while True:
-            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else math.inf
-            t_event = events[0][0] if events else math.inf
-            t = min(t_arrival, t_event, min(next_round, next_wake) if queued else math.inf)
-            if t == math.inf or (until is not None and t > until):
+            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
+            t_event = events[0][0] if events else inf
+            # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
+            # first of equal values, as min() gives it (an int submit time stays an int).
+            t = t_event if t_event < t_arrival else t_arrival
+            if queued:
+                t_timer = next_wake if next_wake < next_round else next_round
+                if t_timer < t:
+                    t = t_timer
+            if t == inf or (until is not None and t > until):
                 break
             if t == next_round and t < min(quiet_until, t_arrival, t_event, next_wake):
                 assert round_s
                 next_round = self.quiet_rounds(next_round, round_s, min(quiet_until, t_arrival, t_event, next_wake))
                 continue
-            self.advance(t)
+            if own_advance:
+                self.advance(t)
+            else:
+                dt = t - self.clock
+                if dt > 0:
+                    self.busy_gpu_s += self.busy * dt
+                    self.contention_integral += (len(queued) + len(running)) * dt
+                    self.clock = t
             while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
-                if self.gate is None:
-                    self.arrive(next_arrival)
-                else:
+                if gated:
                     self.offer(next_arrival)
+                else:
+                    self.arrive(next_arrival)
                 next_arrival += 1
             while events and events[0][0] <= t:
-                _, _, idx, token = heapq.heappop(events)
+                _, _, idx, token = heappop(events)
                 live = lives[idx]
                 if live is not None and live.token == token and live.view.spec.job_id in running:
                     self.end_attempt(live)
@@ -268,8 +292,8 @@ class _Run:
                 busy_gpus.append(self.busy)
                 queued_n.append(len(queued))
             loops += 1
-            if self.progress is not None and loops % 2000 == 0:
-                self.progress(self.clock, self.finished)
+            if progress is not None and loops % 2000 == 0:
+                progress(self.clock, self.finished)
         end = self.clock if until is None else max(self.clock, until)
         self.advance(end)
         for tenant in list(self.held):  # still held at the end (a stop at --until): submitted now, unfinished
@@ -325,8 +349,10 @@ class _Run:
 
     # -- transitions ----------------------------------------------------------------------------
     def set_status(self, live: _Live, new: JobStatus) -> None:
-        check_transition(live.view.job_id, live.record.status, new)
-        live.record.status = new
+        record = live.record
+        if new not in TRANSITIONS[record.status]:  # twice per attempt: the call only to raise
+            check_transition(live.view.job_id, record.status, new)
+        record.status = new
 
     # -- closed-loop users ----------------------------------------------------------------------
     def offer(self, idx: int) -> None:
@@ -415,7 +441,7 @@ class _Run:
         alone (Placer.next_change_s). Decisions happen only on events, so without this wake-up such a job
         would wait for the next arrival or completion even after its wait relaxed."""
         wake = math.inf
-        if type(self.sim.placer).next_change_s is Placer.next_change_s:
+        if self.placer_static:
             return wake  # this placer's answers never change with time alone
         for view in self.session.waiting_for(WaitReason.LOCALITY_WAIT):
             at = self.sim.placer.next_change_s(view, self.snap)
@@ -433,23 +459,8 @@ class _Run:
         return {t: tuple(views.values()) for t, views in self.tenant_running.items()}
 
     def apply(self, plan: Plan) -> None:
-        for p in plan.preempts:
-            self.preempt(self.running[p.job_id])
-        for z in plan.resizes:
-            self.resize(self.running[z.job_id], z.allocation)
-        # Every move stops before any restarts: one job's new servers may be what another left.
-        moving = [(self.running[m.job_id], m.allocation, self.checkpoint(self.running[m.job_id]))
-                  for m in plan.migrations]
-        for live, _, _ in moving:
-            self.stop_running(live)
-        for live, alloc, (kept, attained) in moving:
-            self.migrate(live, alloc, kept, attained)
-        for r in plan.rejects:
-            live = self.dequeue(r.job_id)
-            live.record.reject_reason = r.reason
-            self.close_wait(live)
-            self.set_status(live, JobStatus.FAILED)
-            self.finish(live)
+        if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
+            self.apply_stops(plan)
         for s in plan.starts:
             self.start(self.dequeue(s.job_id), s.allocation)
         for w in plan.waits:
@@ -458,6 +469,26 @@ class _Run:
                 self.close_wait(live)
                 live.reason = w.reason
                 live.record.last_wait_reason = w.reason
+
+    def apply_stops(self, plan: Plan) -> None:
+        """What apply() does before the starts: preemptions, resizes, moves and rejections, in that order."""
+        for p in plan.preempts:
+            self.preempt(self.running[p.job_id])
+        for z in plan.resizes:
+            self.resize(self.running[z.job_id], z.allocation)
+        # Every move stops before any restarts: one job's new servers may be what another left.
+        moving = [(self.running[m.job_id], m.allocation, self.checkpoint(self.running[m.job_id]))
+                  for m in plan.migrations]
+        for live, _, _ in moving:
+            self.stop_only(live)
+        for live, alloc, (kept, attained) in moving:
+            self.migrate(live, alloc, kept, attained)
+        for r in plan.rejects:
+            live = self.dequeue(r.job_id)
+            live.record.reject_reason = r.reason
+            self.close_wait(live)
+            self.set_status(live, JobStatus.FAILED)
+            self.finish(live)
 
     def close_wait(self, live: _Live) -> None:
         """Book the time waited since the last reason change under that reason."""
@@ -473,6 +504,18 @@ class _Run:
         gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
         nodes = alloc.learner_nodes
+        if len(nodes) == 1 and not (c or m):
+            # One learner, no CPUs or memory asked (most of a Philly trace's gangs): the loop below, unrolled.
+            node = nodes[0]
+            had_g = gpus.item(node)
+            left_g = had_g - sign * g
+            gpus[node] = left_g
+            self.ledger.moved_gpus(node, had_g, left_g)
+            if left_g < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            if busy:
+                self.busy += sign * g
+            return
         moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
@@ -534,7 +577,7 @@ class _Run:
             self.growable[job_id] = None
         elif self.growable:
             self.growable.pop(job_id, None)
-        rate = self.sim.perf.rate(spec, alloc)
+        rate = self.rate_of(spec, alloc)
         if rate <= 0:
             raise AssertionError(f"non-positive rate for {job_id}")
         clock = self.clock
@@ -549,10 +592,11 @@ class _Run:
             end = begins + (min(target, self.sim.config.smoke_test_s) if self.fails(live)
                             else self.sim.config.smoke_test_s)
         else:
-            end = begins + max(0.0, target - old.work_done_s) / rate
-        live.token += 1
-        self.seq += 1
-        heapq.heappush(self.events, (end, self.seq, live.index, live.token))
+            left = target - old.work_done_s
+            end = begins + (left if left > 0.0 else 0.0) / rate  # max(0.0, left), as max() gives it
+        token = live.token = live.token + 1
+        seq = self.seq = self.seq + 1
+        heapq.heappush(self.events, (end, seq, live.index, token))
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
@@ -571,6 +615,12 @@ class _Run:
 
     def stop_running(self, live: _Live) -> float:
         """Release the job's GPUs; returns its work done. Books GPU time."""
+        self.stop_only(live)
+        return live.view.work_at(self.clock)
+
+    def stop_only(self, live: _Live) -> None:
+        """stop_running() for a caller that has no use for the work done (an attempt's end, a preemption or
+        a move, which work out what they keep themselves)."""
         view = live.view
         alloc = view.allocation
         assert alloc is not None
@@ -593,7 +643,6 @@ class _Run:
         live.record.gpu_s += held
         live.attempt_gpu_s += held
         live.token += 1
-        return view.work_at(self.clock)
 
     def requeue(self, live: _Live, work_done: float, attained: float, preemptions: int) -> None:
         self.set_status(live, JobStatus.QUEUED)
@@ -631,7 +680,7 @@ class _Run:
         view = live.view
         assert view.allocation is not None
         kept, attained = self.checkpoint(live)
-        self.stop_running(live)
+        self.stop_only(live)
         live.record.preemptions += 1
         self.preemptions += 1
         self.requeue(live, kept, attained, view.preemptions + 1)
@@ -651,9 +700,9 @@ class _Run:
     def end_attempt(self, live: _Live) -> None:
         view = live.view
         assert view.allocation is not None
-        attained = view.attained_at(self.clock)
-        self.stop_running(live)
+        self.stop_only(live)
         if live.smoking:
+            attained = view.attained_at(self.clock)
             self.smoke.gpu_s += live.attempt_gpu_s
             self.smoke.runs += 1
             if live.attempts.runtimes[live.attempt_idx] > self.sim.config.smoke_test_s or not self.fails(live):
@@ -676,6 +725,9 @@ class _Run:
             if live.attempt_idx < len(cats):
                 live.record.failure_categories += (cats[live.attempt_idx].value,)
         if not last:
+            # Attained service as of the end (stop_only() changed neither the view nor the clock); a job that
+            # ends here for good never needs it.
+            attained = view.attained_at(self.clock)
             live.attempt_idx += 1
             if not live.smoking:
                 if live.view.spec is not live.record.spec:
@@ -698,7 +750,8 @@ class _Run:
         if record.first_start_s is None:
             record.ideal_s = 0.0  # rejected before it ran: finish-time fairness does not apply
         else:
-            record.ideal_s = work * max(1.0, spec.gpus / share) if spec.gpus > 0 else work
+            gpus = spec.learners * spec.gpus_per_learner  # spec.gpus
+            record.ideal_s = work * max(1.0, gpus / share) if gpus > 0 else work
         self.finished += 1
         self.live[live.index] = None
 

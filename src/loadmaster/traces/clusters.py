@@ -195,9 +195,14 @@ def _load_file(path: Path) -> Cluster:
 
 @cache
 def _named(name: str) -> Cluster:
-    # Cached: a Cluster is immutable, and the CLI may ask for the same one many times.
-    from loadmaster.traces import alibaba, philly, samples
+    # Cached: a Cluster is immutable, and the CLI may ask for the same one many times. Only the loader of the
+    # one named is imported (Alibaba's brings the history types along: a Philly run needs neither).
+    from loadmaster.traces import samples
 
     if name == "philly":
+        from loadmaster.traces import philly
+
         return philly.load_machine_list(samples.data_path("philly", "cluster_machine_list"))
+    from loadmaster.traces import alibaba
+
     return alibaba.load_node_list(samples.data_path("alibaba", "openb_node_list_gpu_node.csv"))

@@ -138,13 +138,9 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
             spread.extend([int(n)] * int(c))
         learner_nodes = tuple(spread)
     s = job.spec
-    return Allocation(
-        job_id=s.job_id,
-        learner_nodes=learner_nodes,
-        gpus_per_learner=s.gpus_per_learner,
-        cpus_per_learner=s.cpus_per_learner if cpus is None else cpus,
-        mem_gb_per_learner=s.mem_gb_per_learner if mem_gb is None else mem_gb,
-    )
+    # Positional (job_id, learner_nodes, gpus, cpus, memory per learner): one per placement, keywords cost more.
+    return Allocation(s.job_id, learner_nodes, s.gpus_per_learner, s.cpus_per_learner if cpus is None else cpus,
+                      s.mem_gb_per_learner if mem_gb is None else mem_gb)
 
 
 def tightest_node(whole: npt.NDArray[np.bool_], free: FreeCapacity) -> int | None:
@@ -209,11 +205,13 @@ def fewest_servers(slots: npt.NDArray[np.int64], learners: int) -> tuple[list[in
         if remaining == 0:
             break
     # The last node only needs `counts[-1]` slots: swap in the tightest node that has that many.
-    last_need = counts[-1]
-    used = set(nodes[:-1])
-    candidates = [int(n) for n in np.flatnonzero(slots >= last_need) if int(n) not in used]
-    if candidates:
-        nodes[-1] = min(candidates, key=lambda n: (int(slots[n]), n))
+    # In one pass over the array: the fewest slots among the nodes not used yet that have that many, the lowest
+    # position on ties (argmin's first), as min() over (slots, position) of those nodes gives it.
+    ok = slots >= counts[-1]
+    ok[nodes[:-1]] = False
+    candidates = np.flatnonzero(ok)
+    if candidates.size:
+        nodes[-1] = int(candidates[int(np.argmin(slots[candidates]))])
     return nodes, counts
 
 
