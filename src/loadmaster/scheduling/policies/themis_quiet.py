@@ -154,9 +154,9 @@ def quiet_until(rnd: _Round) -> float:
     lease = rnd.policy.lease_s
     queued = snap.queued
     until = math.inf
-    # A shell that decides every round_s makes its next round anyway before a change sooner than that: the
-    # search stops at the first such bound and answers the clock (earlier is allowed).
-    enough = clock + rnd.policy.round_s
+    # A shell that decides every round_s (Themis: the lease) makes its next round anyway before a change
+    # sooner than that: the search stops at the first such bound and answers the clock (earlier is allowed).
+    enough = clock + lease
 
     # 1. Leases, as victims() tests them: expired when started <= clock - lease (step 4 bounds the rest).
     expired: list[JobView] = []
