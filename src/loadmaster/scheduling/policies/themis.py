@@ -717,9 +717,11 @@ class ThemisPolicy(Policy):
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         # See _quiet.quiet_until for what time alone changes in a decision and why each bound holds.
-        rnd = self._round(snap)
-        if rnd.moved or not snap.queued:
-            return snap.clock  # migration answers (running jobs' rho, bids, checkpoints) are not followed
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap or rnd.moved or not snap.queued:
+            # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
+            # migrating running jobs (their rho, bids and checkpoints, which quiet_until does not follow).
+            return snap.clock
         return quiet_until(rnd)
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:

@@ -63,8 +63,8 @@ def stays_above(upper: float, s_upper: float, lower: float, s_lower: float, cloc
 
 
 class _Victim:
-    """A running job whose lease has expired, as a line: its rho if preempted `at` the decision, the
-    slope, and until when the line holds (its next checkpoint, then the one after, its end)."""
+    """A running job as a line: its rho if preempted `at` the decision, the slope, until when the line
+    holds (its next checkpoint, its duration), and how it falls at each checkpoint (`drop`, every `period`)."""
 
     __slots__ = ("at", "drop", "ends", "job", "next_ckpt", "period", "slope")
 
@@ -96,9 +96,10 @@ def _victim(rnd: _Round, v: JobView) -> _Victim:
         # lost work still grows with the work: slope (1 + rate / effective) / ideal.
         line = _Victim(v, rnd.rho_if_preempted(v), (1.0 + rate / effective) / ideal)
     if rate > 0.0 and ckpt > 0:
-        # The next two checkpoints (work crosses a multiple of the interval: `lost = work % interval` falls
-        # to 0), each the margin early.
-        crossed = math.floor(work / ckpt) + 1
+        # The next checkpoint (work crosses a multiple of the interval: `lost = work % interval` falls to
+        # 0), the margin early. Floor division agrees with % (both from one fmod), where work / interval
+        # may round up onto the next multiple and miss a checkpoint just ahead.
+        crossed = work // ckpt + 1.0
         nxt = v.as_of + (ckpt * crossed - v.work_done_s) / rate
         slack = _margin(nxt) + _REL * ckpt * crossed / rate
         line.next_ckpt = nxt - slack
