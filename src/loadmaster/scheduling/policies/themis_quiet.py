@@ -219,9 +219,13 @@ def quiet_until(rnd: _Round) -> float:
         until = min(until, expires if i > 0 else max(expires, _enters_below(line, rho[i], slope[i], clock)))
         if until < enough:
             return clock
+    rho_if_preempted = rnd.rho_if_preempted
     for v in expired:
+        at = rho_if_preempted(v)
+        i = bisect_left(falling, -at)
+        if i == k and top is None:
+            continue  # below every offered line: in every set already (leaving one, or falling, changes no bound)
         line = _victim(rnd, v)
-        i = bisect_left(falling, -line.at)
         if i < k:
             until = min(until, _enters_below(line, rho[i], slope[i], clock))
         if top is not None and line.at < top:
