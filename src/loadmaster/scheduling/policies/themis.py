@@ -67,6 +67,7 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
+from loadmaster.scheduling.policies.themis_quiet import quiet_until
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 DEFAULT_FAIRNESS_KNOB = 0.8
@@ -187,7 +188,8 @@ class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
     __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
-                 "classes", "clock", "facts", "offered", "policy", "ranked", "rho", "snap", "uniform_bids", "valued")
+                 "classes", "clock", "facts", "moved", "offered", "policy", "ranked", "rho", "snap", "uniform_bids",
+                 "valued", "walked")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -211,6 +213,10 @@ class _Round:
         self._by_server: dict[int, npt.NDArray[np.float64]] = {}  # the same prefixes' GPUs per server
         self._victim_rho: dict[str, float] = {}
         self.uniform_bids = False  # every queued job's bid is _ANY_TYPE (known without a look at each)
+        # For next_change_s: the offered jobs whose victims decide() walked (victim_candidates), and whether
+        # it asked about moving a running job (migration on), whose answers next_change_s does not follow.
+        self.walked: set[str] = set()
+        self.moved = False
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -675,6 +681,7 @@ class ThemisPolicy(Policy):
         rnd = self._round(snap)
         if job.job_id not in rnd.offered:
             return ()
+        rnd.walked.add(job.job_id)
         rho = rnd.rho_of(job)
         return (e[3] for e in takewhile(lambda e: e[0] < rho, rnd.victims(rho)))
 
@@ -692,14 +699,30 @@ class ThemisPolicy(Policy):
         return rnd.releasable_by_server(rnd.rho_of(job))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
-        return self._round(snap).bid(job)[0]
+        rnd = self._round(snap)
+        if job.allocation is not None:
+            rnd.moved = True  # a running job's bid (migration: decide re-homes it), which changes with its work
+        return rnd.bid(job)[0]
 
     # -- the re-auction: with migration on, decide() offers running jobs the GPUs left free (Reauctions) ---
     def moves_wanted(self, snap: Snapshot) -> Sequence[tuple[JobView, Sequence[str]]]:
-        return self._round(snap).moves_wanted()
+        rnd = self._round(snap)
+        rnd.moved = True
+        return rnd.moves_wanted()
 
     def worth_moving(self, snap: Snapshot, job: JobView, to: Allocation) -> bool:
-        return self._round(snap).worth_moving(job, to)
+        rnd = self._round(snap)
+        rnd.moved = True
+        return rnd.worth_moving(job, to)
+
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        # See _quiet.quiet_until for what time alone changes in a decision and why each bound holds.
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap or rnd.moved or not snap.queued:
+            # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
+            # migrating running jobs (their rho, bids and checkpoints, which quiet_until does not follow).
+            return snap.clock
+        return quiet_until(rnd)
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
