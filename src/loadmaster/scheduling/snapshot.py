@@ -114,19 +114,7 @@ class FreeLedger:
         self.cpus += d_cpus
         self.mem += d_mem
         if new_gpus != old_gpus:
-            buckets = self._buckets
-            old = buckets[old_gpus]
-            if len(old) == 1:
-                del buckets[old_gpus]
-                self._top = None
-            else:
-                del old[bisect_left(old, node)]
-            new = buckets.get(new_gpus)
-            if new is None:
-                buckets[new_gpus] = [node]
-                self._top = None
-            else:
-                insort(new, node)
+            self._rebucket(node, old_gpus, new_gpus)
 
     def moved_gpus(self, node: int, old_gpus: float, new_gpus: float) -> None:
         """moved(node, old_gpus, new_gpus, 0.0, 0.0) without the two additions of zero (the CPU and memory sums
@@ -134,19 +122,23 @@ class FreeLedger:
         memory (Philly's) moves only GPUs, twice per attempt."""
         self.gpus += new_gpus - old_gpus
         if new_gpus != old_gpus:
-            buckets = self._buckets
-            old = buckets[old_gpus]
-            if len(old) == 1:
-                del buckets[old_gpus]
-                self._top = None
-            else:
-                del old[bisect_left(old, node)]
-            new = buckets.get(new_gpus)
-            if new is None:
-                buckets[new_gpus] = [node]
-                self._top = None
-            else:
-                insort(new, node)
+            self._rebucket(node, old_gpus, new_gpus)
+
+    def _rebucket(self, node: int, old_gpus: float, new_gpus: float) -> None:
+        """Move `node` from the bucket of servers with old_gpus free to that of new_gpus (kept in server order)."""
+        buckets = self._buckets
+        old = buckets[old_gpus]
+        if len(old) == 1:
+            del buckets[old_gpus]
+            self._top = None
+        else:
+            del old[bisect_left(old, node)]
+        new = buckets.get(new_gpus)
+        if new is None:
+            buckets[new_gpus] = [node]
+            self._top = None
+        else:
+            insort(new, node)
 
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
