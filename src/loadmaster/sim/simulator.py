@@ -21,7 +21,7 @@ from loadmaster.core.job import TRANSITIONS, Allocation, JobSpec, JobStatus, che
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, WaitReason
+from loadmaster.scheduling.plan import Plan, Start, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
@@ -400,7 +400,14 @@ class _Run:
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
-        self.enqueue(live)
+        # enqueue(live) inline: once per job.
+        job_id = spec.job_id
+        self.queued[job_id] = live
+        self.queued_views[job_id] = live.view
+        self.session.add(live.view)
+        if self.gate is not None:
+            tenant = spec.tenant
+            self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
@@ -461,8 +468,8 @@ class _Run:
     def apply(self, plan: Plan) -> None:
         if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
             self.apply_stops(plan)
-        for s in plan.starts:
-            self.start(self.dequeue(s.job_id), s.allocation)
+        if plan.starts:
+            self.start_all(plan.starts)
         for w in plan.waits:
             live = self.queued[w.job_id]
             if live.reason != w.reason:
@@ -540,15 +547,39 @@ class _Run:
         if busy:
             self.busy += sign * len(nodes) * g
 
+    def start_all(self, starts: tuple[Start, ...]) -> None:
+        """start(dequeue(s.job_id), s.allocation) for each of a plan's starts, in order, with dequeue() inline
+        (once per attempt: the call cost more than its four statements)."""
+        queued, queued_views, remove = self.queued, self.queued_views, self.session.remove
+        gated = self.gate is not None
+        start = self.start
+        for s in starts:
+            job_id = s.job_id
+            del queued_views[job_id]
+            remove(job_id)
+            live = queued.pop(job_id)
+            if gated:
+                self.tenant_queued[live.record.spec.tenant] -= 1
+            start(live, s.allocation)
+
     def start(self, live: _Live, alloc: Allocation) -> None:
-        self.close_wait(live)
-        live.reason = ""
-        self.set_status(live, JobStatus.PROCESSING)
+        # close_wait() and set_status(live, PROCESSING) inline: once per attempt.
+        clock = self.clock
         record = live.record
+        waited = clock - live.reason_since
+        if waited > 0:
+            key = live.reason or "undecided"
+            record.wait_s[key] = record.wait_s.get(key, 0.0) + waited
+        live.reason_since = clock
+        live.reason = ""
+        if JobStatus.PROCESSING not in TRANSITIONS[record.status]:  # the call only to raise
+            check_transition(live.view.job_id, record.status, JobStatus.PROCESSING)
+        record.status = JobStatus.PROCESSING
         if record.first_start_s is None:
-            record.first_start_s = self.clock
+            record.first_start_s = clock
         record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
-        restarted = live.view.work_done_s > 0 or live.view.preemptions > 0
+        view = live.view
+        restarted = view.work_done_s > 0 or view.preemptions > 0
         self.launch(live, alloc, self.sim.config.restart_overhead_s if restarted else 0.0)
 
     def resize(self, live: _Live, alloc: Allocation) -> None:
@@ -572,7 +603,21 @@ class _Run:
         if learners != spec.learners and not (spec.elastic and (spec.min_learners or spec.learners) <= learners
                                               <= high):
             raise AssertionError(f"partial gang for {job_id}: {learners}/{spec.learners}")
-        self.hold(alloc, +1)
+        if learners == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
+            # hold(alloc, +1)'s one-learner GPU-only path (most of a Philly trace's gangs), inline: the same
+            # arithmetic in the same order (x - 1 * g is x - g).
+            node = alloc.learner_nodes[0]
+            g = alloc.gpus_per_learner
+            free = self.free_gpus
+            had_g = free.item(node)
+            left_g = had_g - g
+            free[node] = left_g
+            self.ledger.moved_gpus(node, had_g, left_g)
+            if left_g < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            self.busy += g
+        else:
+            self.hold(alloc, +1)
         if learners < high:
             self.growable[job_id] = None
         elif self.growable:
@@ -638,7 +683,21 @@ class _Run:
         else:
             self._holding.pop(tenant, None)
         del self.tenant_running[tenant][job_id]
-        self.hold(alloc, -1)
+        nodes = alloc.learner_nodes
+        if len(nodes) == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
+            # hold(alloc, -1)'s one-learner GPU-only path, inline: x - (-1 * g) is x + g, exactly.
+            node = nodes[0]
+            g = alloc.gpus_per_learner
+            free = self.free_gpus
+            had_g = free.item(node)
+            left_g = had_g + g
+            free[node] = left_g
+            self.ledger.moved_gpus(node, had_g, left_g)
+            if left_g < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            self.busy -= g
+        else:
+            self.hold(alloc, -1)
         held = (self.clock - live.run_start) * gpus
         live.record.gpu_s += held
         live.attempt_gpu_s += held
