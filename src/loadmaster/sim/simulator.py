@@ -183,8 +183,11 @@ class _Run:
         self.tenant_running: dict[str, dict[str, JobView]] = {}
         # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
         self.growable: dict[str, None] = {}
-        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
-        self.seq = 0
+        # Attempt ends: a heap of plain floats, each time once, and per time the (job index, token) of the events
+        # at it in the order they were scheduled. The same order as a heap of (time, seq, index, token) tuples
+        # (ties by scheduling order), without a tuple comparison per sift (push_event()).
+        self.events: list[float] = []
+        self.events_at: dict[float, list[tuple[int, int]]] = {}
         self.live: list[_Live | None] = [None] * len(self.jobs)
         self.records: list[JobRecord] = []
         self.timeline = Timeline()
@@ -230,7 +233,7 @@ class _Run:
         # Timeline.record() inline (once per loop, the call cost more than what it does).
         times, busy_gpus, queued_n = self.timeline.times, self.timeline.busy_gpus, self.timeline.queued
         # The same objects for the whole run (emptied in place, never replaced): looked up once.
-        events, lives, running, queued = self.events, self.live, self.running, self.queued
+        events, events_at, lives, running, queued = self.events, self.events_at, self.live, self.running, self.queued
         # advance() inline (once per loop) unless a subclass adds to it.
         own_advance = type(self).advance is not _Run.advance
         inf = math.inf
@@ -239,7 +242,7 @@ class _Run:
         progress = self.progress
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
-            t_event = events[0][0] if events else inf
+            t_event = events[0] if events else inf
             # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
             # first of equal values, as min() gives it (an int submit time stays an int).
             t = t_event if t_event < t_arrival else t_arrival
@@ -267,11 +270,13 @@ class _Run:
                 else:
                     self.arrive(next_arrival)
                 next_arrival += 1
-            while events and events[0][0] <= t:
-                _, _, idx, token = heappop(events)
-                live = lives[idx]
-                if live is not None and live.token == token and live.view.spec.job_id in running:
-                    self.end_attempt(live)
+            while events and events[0] <= t:
+                # Every event at that time, in scheduling order; one scheduled while these end (none in this
+                # shell: an attempt end only requeues) would come at the same time or later, on a later pass.
+                for idx, token in events_at.pop(heappop(events)):
+                    live = lives[idx]
+                    if live is not None and live.token == token and live.view.spec.job_id in running:
+                        self.end_attempt(live)
             if queued or ((self.growable or (self.reauctions and running))
                           and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
@@ -314,6 +319,19 @@ class _Run:
             result.mode_metrics.update({"vc_queue": self.gate, "jobs_held_by_users": self.held_jobs,
                                         "avg_user_hold_s": self.held_s / len(self.jobs) if self.jobs else 0.0})
         return result
+
+    def push_event(self, at: float, idx: int, token: int) -> None:
+        """Schedule an attempt end (or, with a token no attempt holds, a wake-up) of job `idx` at `at`."""
+        same = self.events_at.get(at)
+        if same is None:
+            self.events_at[at] = [(idx, token)]
+            heapq.heappush(self.events, at)
+        else:
+            same.append((idx, token))
+
+    def clear_events(self) -> None:
+        self.events.clear()
+        self.events_at.clear()
 
     def quiet_until(self, plan: Plan) -> float:
         """After a decision, until when timer rounds are known to change nothing: a plan that changed
@@ -640,8 +658,13 @@ class _Run:
             left = target - old.work_done_s
             end = begins + (left if left > 0.0 else 0.0) / rate  # max(0.0, left), as max() gives it
         token = live.token = live.token + 1
-        seq = self.seq = self.seq + 1
-        heapq.heappush(self.events, (end, seq, live.index, token))
+        # push_event(end, live.index, token) inline: once per attempt.
+        at = self.events_at.get(end)
+        if at is None:
+            self.events_at[end] = [(live.index, token)]
+            heapq.heappush(self.events, end)
+        else:
+            at.append((live.index, token))
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
