@@ -240,6 +240,8 @@ class _Run:
         heappop = heapq.heappop
         gated = self.gate is not None
         progress = self.progress
+        # placer_wake() answers infinity at once for a static placer unless a subclass adds to it: not called.
+        wakes = not self.placer_static or type(self).placer_wake is not _Run.placer_wake
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
             t_event = events[0] if events else inf
@@ -285,7 +287,8 @@ class _Run:
                 while self.held_n and self.release_held():
                     plan = self.decide()
                     self.apply(plan)
-                next_wake = self.placer_wake(plan)
+                if wakes:
+                    next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
                     quiet_until = self.quiet_until(plan)
