@@ -33,3 +33,18 @@ def test_rates_are_the_general_formulas(nodes: list[int], gpus: int, model: str,
     perf = PerformanceModel(CLUSTER)
     for _ in range(2):  # the second time from the memo
         assert perf.rate(spec, alloc) == general_rate(perf, spec, alloc)
+
+
+@settings(max_examples=200, deadline=None)
+@given(nodes=st.lists(st.integers(0, 5), min_size=1, max_size=4), gpus=st.integers(0, 2),
+       given_cpus=st.sampled_from([0.0, 2.0]), speeds=st.none() | st.just((("v100", 1.0), ("k80", 0.4))))
+def test_rates_without_the_cpu_model_are_the_general_formulas(nodes: list[int], gpus: int, given_cpus: float,
+                                                               speeds: tuple[tuple[str, float], ...] | None) -> None:
+    # cpu=False: rate()'s per-type shortcut (no type speeds of the job's own, no CPU factor) must give
+    # scale * type factor * 1.0 to the last bit, on every start (the first fills the per-type memo).
+    spec = JobSpec("j", "t", 0.0, len(nodes), gpus, 100.0, cpus_per_learner=1.0, type_speed=speeds)
+    alloc = Allocation("j", tuple(nodes), gpus, given_cpus, 0.0)
+    perf = PerformanceModel(CLUSTER, cpu=False)
+    for _ in range(3):
+        speed = min(perf.type_factor(spec, t) for t in {CLUSTER.nodes[n].gpu_type for n in alloc.nodes})
+        assert perf.rate(spec, alloc) == alloc.learners / spec.learners * speed * perf.locality_factor(spec, alloc)

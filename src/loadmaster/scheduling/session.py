@@ -124,13 +124,20 @@ class Session:
         tenants[tenant] = tenants.get(tenant, 0) + 1
         self._jobs[job_id] = view
         if self.incremental:
-            self._pending[job_id] = self._detach(job_id)
+            # A job new to the queue is in no class and not pending (both hold queued jobs only): _detach()
+            # would find nothing, so it is called only for a changed view.
+            self._pending[job_id] = None if old is None else self._detach(job_id)
 
     def remove(self, job_id: str) -> None:
         """A job left the queue (started, rejected or cancelled); unknown ids are ignored."""
         self._quiet = None
         if self.incremental:
-            self._detach(job_id)
+            # _detach(job_id) without the call where it has nothing to do: a job started alone
+            # (_decide_alone) is neither pending nor classified any more.
+            if job_id in self._pending:
+                del self._pending[job_id]
+            elif job_id in self._entries:
+                self._detach(job_id)
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)

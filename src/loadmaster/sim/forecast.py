@@ -13,7 +13,6 @@ The policy and placer passed in are used (and may be mutated) by the run: give i
 from __future__ import annotations
 
 import dataclasses
-import heapq
 import math
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -91,8 +90,7 @@ class _ForecastRun(_Run):
         if self.live:
             # A wake-up that ends no attempt (its token matches none) makes the loop decide at the
             # snapshot's instant first, as the live control loop would, before any running job ends.
-            self.seq += 1
-            heapq.heappush(self.events, (self.clock, self.seq, 0, -1))
+            self.push_event(self.clock, 0, -1)
 
     def _add(self, view: JobView, record: JobRecord) -> _Live:
         plan = AttemptPlan((view.spec.duration_s,), (), JobStatus.COMPLETED)
@@ -135,7 +133,7 @@ class _ForecastRun(_Run):
 
     def end(self) -> None:
         self.done = True
-        self.events.clear()
+        self.clear_events()
         self.queued.clear()
         self.queued_views.clear()
         self.growable.clear()

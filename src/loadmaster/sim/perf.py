@@ -76,10 +76,18 @@ class PerformanceModel:
     def rate(self, spec: JobSpec, alloc: Allocation) -> float:
         """Work-seconds per wall-second on `alloc` (the slowest GPU type of the gang sets the pace)."""
         # An elastic job's duration is given at its nominal size; data parallelism scales linearly here.
-        scale = alloc.learners / spec.learners
         nodes = alloc.learner_nodes
-        if nodes.count(nodes[0]) == len(nodes):  # one server (most gangs): one type, no locality slowdown
-            return scale * self.type_factor(spec, self._node_type[nodes[0]]) * self.cpu_factor(spec, alloc)
+        n = len(nodes)
+        scale = n / spec.learners  # alloc.learners / spec.learners
+        if n == 1 or nodes.count(nodes[0]) == n:  # one server (most gangs): one type, no locality slowdown
+            gpu_type = self._node_type[nodes[0]]
+            if spec.type_speed is None and spec.gpus_per_learner and (not self.cpu or alloc.cpus_per_learner <= 0):
+                # The common case, once per attempt: type_factor()'s per-type default and cpu_factor()'s 1.0
+                # without the two calls (x * 1.0 is x, so the product is the same float).
+                factor = self._default_factor.get(gpu_type)
+                if factor is not None:
+                    return scale * factor
+            return scale * self.type_factor(spec, gpu_type) * self.cpu_factor(spec, alloc)
         types = {self._node_type[n] for n in alloc.nodes}
         speed = min(self.type_factor(spec, t) for t in types)
         return scale * speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)

@@ -21,7 +21,7 @@ from loadmaster.core.job import TRANSITIONS, Allocation, JobSpec, JobStatus, che
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, WaitReason
+from loadmaster.scheduling.plan import Plan, Start, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
@@ -183,8 +183,11 @@ class _Run:
         self.tenant_running: dict[str, dict[str, JobView]] = {}
         # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
         self.growable: dict[str, None] = {}
-        self.events: list[tuple[float, int, int, int]] = []  # (time, seq, job index, token)
-        self.seq = 0
+        # Attempt ends: a heap of plain floats, each time once, and per time the (job index, token) of the events
+        # at it in the order they were scheduled. The same order as a heap of (time, seq, index, token) tuples
+        # (ties by scheduling order), without a tuple comparison per sift (push_event()).
+        self.events: list[float] = []
+        self.events_at: dict[float, list[tuple[int, int]]] = {}
         self.live: list[_Live | None] = [None] * len(self.jobs)
         self.records: list[JobRecord] = []
         self.timeline = Timeline()
@@ -230,16 +233,18 @@ class _Run:
         # Timeline.record() inline (once per loop, the call cost more than what it does).
         times, busy_gpus, queued_n = self.timeline.times, self.timeline.busy_gpus, self.timeline.queued
         # The same objects for the whole run (emptied in place, never replaced): looked up once.
-        events, lives, running, queued = self.events, self.live, self.running, self.queued
+        events, events_at, lives, running, queued = self.events, self.events_at, self.live, self.running, self.queued
         # advance() inline (once per loop) unless a subclass adds to it.
         own_advance = type(self).advance is not _Run.advance
         inf = math.inf
         heappop = heapq.heappop
         gated = self.gate is not None
         progress = self.progress
+        # placer_wake() answers infinity at once for a static placer unless a subclass adds to it: not called.
+        wakes = not self.placer_static or type(self).placer_wake is not _Run.placer_wake
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
-            t_event = events[0][0] if events else inf
+            t_event = events[0] if events else inf
             # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
             # first of equal values, as min() gives it (an int submit time stays an int).
             t = t_event if t_event < t_arrival else t_arrival
@@ -267,11 +272,13 @@ class _Run:
                 else:
                     self.arrive(next_arrival)
                 next_arrival += 1
-            while events and events[0][0] <= t:
-                _, _, idx, token = heappop(events)
-                live = lives[idx]
-                if live is not None and live.token == token and live.view.spec.job_id in running:
-                    self.end_attempt(live)
+            while events and events[0] <= t:
+                # Every event at that time, in scheduling order; one scheduled while these end (none in this
+                # shell: an attempt end only requeues) would come at the same time or later, on a later pass.
+                for idx, token in events_at.pop(heappop(events)):
+                    live = lives[idx]
+                    if live is not None and live.token == token and live.view.spec.job_id in running:
+                        self.end_attempt(live)
             if queued or ((self.growable or (self.reauctions and running))
                           and self.busy < self.cluster.total_gpus):
                 plan = self.decide()
@@ -280,7 +287,8 @@ class _Run:
                 while self.held_n and self.release_held():
                     plan = self.decide()
                     self.apply(plan)
-                next_wake = self.placer_wake(plan)
+                if wakes:
+                    next_wake = self.placer_wake(plan)
                 if round_s:
                     next_round = t + round_s
                     # Asked only where that round comes before anything else can happen (what the next
@@ -319,6 +327,19 @@ class _Run:
             result.mode_metrics.update({"vc_queue": self.gate, "jobs_held_by_users": self.held_jobs,
                                         "avg_user_hold_s": self.held_s / len(self.jobs) if self.jobs else 0.0})
         return result
+
+    def push_event(self, at: float, idx: int, token: int) -> None:
+        """Schedule an attempt end (or, with a token no attempt holds, a wake-up) of job `idx` at `at`."""
+        same = self.events_at.get(at)
+        if same is None:
+            self.events_at[at] = [(idx, token)]
+            heapq.heappush(self.events, at)
+        else:
+            same.append((idx, token))
+
+    def clear_events(self) -> None:
+        self.events.clear()
+        self.events_at.clear()
 
     def quiet_until(self, plan: Plan) -> float:
         """After a decision, until when timer rounds are known to change nothing: a plan that changed
@@ -405,7 +426,14 @@ class _Run:
         live.reason_since = self.clock
         live.contention_at_submit = self.contention_integral
         self.live[idx] = live
-        self.enqueue(live)
+        # enqueue(live) inline: once per job.
+        job_id = spec.job_id
+        self.queued[job_id] = live
+        self.queued_views[job_id] = live.view
+        self.session.add(live.view)
+        if self.gate is not None:
+            tenant = spec.tenant
+            self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
@@ -466,8 +494,8 @@ class _Run:
     def apply(self, plan: Plan) -> None:
         if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
             self.apply_stops(plan)
-        for s in plan.starts:
-            self.start(self.dequeue(s.job_id), s.allocation)
+        if plan.starts:
+            self.start_all(plan.starts)
         for w in plan.waits:
             live = self.queued[w.job_id]
             if live.reason != w.reason:
@@ -545,15 +573,39 @@ class _Run:
         if busy:
             self.busy += sign * len(nodes) * g
 
+    def start_all(self, starts: tuple[Start, ...]) -> None:
+        """start(dequeue(s.job_id), s.allocation) for each of a plan's starts, in order, with dequeue() inline
+        (once per attempt: the call cost more than its four statements)."""
+        queued, queued_views, remove = self.queued, self.queued_views, self.session.remove
+        gated = self.gate is not None
+        start = self.start
+        for s in starts:
+            job_id = s.job_id
+            del queued_views[job_id]
+            remove(job_id)
+            live = queued.pop(job_id)
+            if gated:
+                self.tenant_queued[live.record.spec.tenant] -= 1
+            start(live, s.allocation)
+
     def start(self, live: _Live, alloc: Allocation) -> None:
-        self.close_wait(live)
-        live.reason = ""
-        self.set_status(live, JobStatus.PROCESSING)
+        # close_wait() and set_status(live, PROCESSING) inline: once per attempt.
+        clock = self.clock
         record = live.record
+        waited = clock - live.reason_since
+        if waited > 0:
+            key = live.reason or "undecided"
+            record.wait_s[key] = record.wait_s.get(key, 0.0) + waited
+        live.reason_since = clock
+        live.reason = ""
+        if JobStatus.PROCESSING not in TRANSITIONS[record.status]:  # the call only to raise
+            check_transition(live.view.job_id, record.status, JobStatus.PROCESSING)
+        record.status = JobStatus.PROCESSING
         if record.first_start_s is None:
-            record.first_start_s = self.clock
+            record.first_start_s = clock
         record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
-        restarted = live.view.work_done_s > 0 or live.view.preemptions > 0
+        view = live.view
+        restarted = view.work_done_s > 0 or view.preemptions > 0
         self.launch(live, alloc, self.sim.config.restart_overhead_s if restarted else 0.0)
 
     def resize(self, live: _Live, alloc: Allocation) -> None:
@@ -577,7 +629,21 @@ class _Run:
         if learners != spec.learners and not (spec.elastic and (spec.min_learners or spec.learners) <= learners
                                               <= high):
             raise AssertionError(f"partial gang for {job_id}: {learners}/{spec.learners}")
-        self.hold(alloc, +1)
+        if learners == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
+            # hold(alloc, +1)'s one-learner GPU-only path (most of a Philly trace's gangs), inline: the same
+            # arithmetic in the same order (x - 1 * g is x - g).
+            node = alloc.learner_nodes[0]
+            g = alloc.gpus_per_learner
+            free = self.free_gpus
+            had_g = free.item(node)
+            left_g = had_g - g
+            free[node] = left_g
+            self.ledger.moved_gpus(node, had_g, left_g)
+            if left_g < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            self.busy += g
+        else:
+            self.hold(alloc, +1)
         if learners < high:
             self.growable[job_id] = None
         elif self.growable:
@@ -600,8 +666,13 @@ class _Run:
             left = target - old.work_done_s
             end = begins + (left if left > 0.0 else 0.0) / rate  # max(0.0, left), as max() gives it
         token = live.token = live.token + 1
-        seq = self.seq = self.seq + 1
-        heapq.heappush(self.events, (end, seq, live.index, token))
+        # push_event(end, live.index, token) inline: once per attempt.
+        at = self.events_at.get(end)
+        if at is None:
+            self.events_at[end] = [(live.index, token)]
+            heapq.heappush(self.events, end)
+        else:
+            at.append((live.index, token))
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
@@ -643,7 +714,21 @@ class _Run:
         else:
             self._holding.pop(tenant, None)
         del self.tenant_running[tenant][job_id]
-        self.hold(alloc, -1)
+        nodes = alloc.learner_nodes
+        if len(nodes) == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
+            # hold(alloc, -1)'s one-learner GPU-only path, inline: x - (-1 * g) is x + g, exactly.
+            node = nodes[0]
+            g = alloc.gpus_per_learner
+            free = self.free_gpus
+            had_g = free.item(node)
+            left_g = had_g + g
+            free[node] = left_g
+            self.ledger.moved_gpus(node, had_g, left_g)
+            if left_g < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            self.busy -= g
+        else:
+            self.hold(alloc, -1)
         held = (self.clock - live.run_start) * gpus
         live.record.gpu_s += held
         live.attempt_gpu_s += held
