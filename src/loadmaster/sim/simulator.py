@@ -295,7 +295,7 @@ class _Run:
                     # loop compares it with): otherwise the answer cannot skip it, and working it out
                     # is not free (Themis values every running job).
                     t_next = min(jobs[next_arrival].submit_time_s if next_arrival < n else math.inf,
-                                 events[0][0] if events else math.inf, next_wake)
+                                 events[0] if events else math.inf, next_wake)
                     quiet_until = self.quiet_until(plan) if next_round < t_next else -math.inf
             if times and times[-1] == t:
                 busy_gpus[-1] = self.busy
