@@ -21,7 +21,7 @@ from loadmaster.core.job import TRANSITIONS, Allocation, JobSpec, JobStatus, che
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, Start, WaitReason
+from loadmaster.scheduling.plan import Plan, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
@@ -494,8 +494,8 @@ class _Run:
     def apply(self, plan: Plan) -> None:
         if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
             self.apply_stops(plan)
-        if plan.starts:
-            self.start_all(plan.starts)
+        for st in plan.starts:
+            self.start(self.dequeue(st.job_id), st.allocation)
         for w in plan.waits:
             live = self.queued[w.job_id]
             if live.reason != w.reason:
@@ -573,36 +573,13 @@ class _Run:
         if busy:
             self.busy += sign * len(nodes) * g
 
-    def start_all(self, starts: tuple[Start, ...]) -> None:
-        """start(dequeue(s.job_id), s.allocation) for each of a plan's starts, in order, with dequeue() inline
-        (once per attempt: the call cost more than its four statements)."""
-        queued, queued_views, remove = self.queued, self.queued_views, self.session.remove
-        gated = self.gate is not None
-        start = self.start
-        for s in starts:
-            job_id = s.job_id
-            del queued_views[job_id]
-            remove(job_id)
-            live = queued.pop(job_id)
-            if gated:
-                self.tenant_queued[live.record.spec.tenant] -= 1
-            start(live, s.allocation)
-
     def start(self, live: _Live, alloc: Allocation) -> None:
-        # close_wait() and set_status(live, PROCESSING) inline: once per attempt.
-        clock = self.clock
-        record = live.record
-        waited = clock - live.reason_since
-        if waited > 0:
-            key = live.reason or "undecided"
-            record.wait_s[key] = record.wait_s.get(key, 0.0) + waited
-        live.reason_since = clock
+        self.close_wait(live)
         live.reason = ""
-        if JobStatus.PROCESSING not in TRANSITIONS[record.status]:  # the call only to raise
-            check_transition(live.view.job_id, record.status, JobStatus.PROCESSING)
-        record.status = JobStatus.PROCESSING
+        self.set_status(live, JobStatus.PROCESSING)
+        record = live.record
         if record.first_start_s is None:
-            record.first_start_s = clock
+            record.first_start_s = self.clock
         record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
         view = live.view
         restarted = view.work_done_s > 0 or view.preemptions > 0
@@ -629,21 +606,7 @@ class _Run:
         if learners != spec.learners and not (spec.elastic and (spec.min_learners or spec.learners) <= learners
                                               <= high):
             raise AssertionError(f"partial gang for {job_id}: {learners}/{spec.learners}")
-        if learners == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
-            # hold(alloc, +1)'s one-learner GPU-only path (most of a Philly trace's gangs), inline: the same
-            # arithmetic in the same order (x - 1 * g is x - g).
-            node = alloc.learner_nodes[0]
-            g = alloc.gpus_per_learner
-            free = self.free_gpus
-            had_g = free.item(node)
-            left_g = had_g - g
-            free[node] = left_g
-            self.ledger.moved_gpus(node, had_g, left_g)
-            if left_g < -1e-9:
-                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
-            self.busy += g
-        else:
-            self.hold(alloc, +1)
+        self.hold(alloc, +1)
         if learners < high:
             self.growable[job_id] = None
         elif self.growable:
@@ -665,14 +628,8 @@ class _Run:
         else:
             left = target - old.work_done_s
             end = begins + (left if left > 0.0 else 0.0) / rate  # max(0.0, left), as max() gives it
-        token = live.token = live.token + 1
-        # push_event(end, live.index, token) inline: once per attempt.
-        at = self.events_at.get(end)
-        if at is None:
-            self.events_at[end] = [(live.index, token)]
-            heapq.heappush(self.events, end)
-        else:
-            at.append((live.index, token))
+        live.token += 1
+        self.push_event(end, live.index, live.token)
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
@@ -714,21 +671,7 @@ class _Run:
         else:
             self._holding.pop(tenant, None)
         del self.tenant_running[tenant][job_id]
-        nodes = alloc.learner_nodes
-        if len(nodes) == 1 and not (alloc.cpus_per_learner or alloc.mem_gb_per_learner):
-            # hold(alloc, -1)'s one-learner GPU-only path, inline: x - (-1 * g) is x + g, exactly.
-            node = nodes[0]
-            g = alloc.gpus_per_learner
-            free = self.free_gpus
-            had_g = free.item(node)
-            left_g = had_g + g
-            free[node] = left_g
-            self.ledger.moved_gpus(node, had_g, left_g)
-            if left_g < -1e-9:
-                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
-            self.busy -= g
-        else:
-            self.hold(alloc, -1)
+        self.hold(alloc, -1)
         held = (self.clock - live.run_start) * gpus
         live.record.gpu_s += held
         live.attempt_gpu_s += held
