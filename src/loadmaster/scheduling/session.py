@@ -119,9 +119,7 @@ class Session:
         if old is not None:
             self._count_tenant(old.spec.tenant, -1)
             self._quiet = None  # a changed view: its class's answer may change
-        tenants = self._tenants  # _count_tenant(tenant, 1) inline: once per arrival, never a deletion
-        tenant = view.spec.tenant
-        tenants[tenant] = tenants.get(tenant, 0) + 1
+        self._count_tenant(view.spec.tenant, 1)
         self._jobs[job_id] = view
         if self.incremental:
             # A job new to the queue is in no class and not pending (both hold queued jobs only): _detach()
@@ -141,14 +139,8 @@ class Session:
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
-        if view is not None:  # _count_tenant(tenant, -1) inline: once per start
-            tenants = self._tenants
-            tenant = view.spec.tenant
-            n = tenants.get(tenant, 0) - 1
-            if n:
-                tenants[tenant] = n
-            else:
-                del tenants[tenant]
+        if view is not None:
+            self._count_tenant(view.spec.tenant, -1)
 
     def _count_tenant(self, tenant: str, change: int) -> None:
         n = self._tenants.get(tenant, 0) + change
