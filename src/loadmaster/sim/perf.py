@@ -80,14 +80,7 @@ class PerformanceModel:
         n = len(nodes)
         scale = n / spec.learners  # alloc.learners / spec.learners
         if n == 1 or nodes.count(nodes[0]) == n:  # one server (most gangs): one type, no locality slowdown
-            gpu_type = self._node_type[nodes[0]]
-            if spec.type_speed is None and spec.gpus_per_learner and (not self.cpu or alloc.cpus_per_learner <= 0):
-                # The common case, once per attempt: type_factor()'s per-type default and cpu_factor()'s 1.0
-                # without the two calls (x * 1.0 is x, so the product is the same float).
-                factor = self._default_factor.get(gpu_type)
-                if factor is not None:
-                    return scale * factor
-            return scale * self.type_factor(spec, gpu_type) * self.cpu_factor(spec, alloc)
+            return scale * self.type_factor(spec, self._node_type[nodes[0]]) * self.cpu_factor(spec, alloc)
         types = {self._node_type[n] for n in alloc.nodes}
         speed = min(self.type_factor(spec, t) for t in types)
         return scale * speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)
