@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import sys
 import time
 from pathlib import Path
@@ -58,7 +59,10 @@ def test_a_failed_learner_is_classified_and_a_deterministic_failure_not_retried(
     env.until_status(job, S.FAILED)
     [attempt] = env.attempts(job)
     assert attempt.outcome == "failed" and attempt.failure_category == "import_error"
-    assert dict(map(tuple, attempt.exit_codes or [])) == {0: 0, 1: 1}  # rank 0 was stopped, rank 1 failed
+    codes = dict(map(tuple, attempt.exit_codes or []))
+    # Rank 1 failed; rank 0 was stopped: it exits 0 once its handler sees the stop, or dies of the SIGTERM if
+    # the stop comes before it got that far (a loaded machine starts it late: rank 1 fails 0.2 s into its run).
+    assert codes[1] == 1 and codes[0] in (0, -signal.SIGTERM) and len(codes) == 2
     assert "deterministic" in (attempt.retry_decision or "")
     row = env.job(job)
     assert row.failures == 1 and "import_error" in row.status_reason and "apex" in row.status_reason
