@@ -16,10 +16,10 @@ from hypothesis import strategies as st
 from loadmaster.scheduling.policies.drf import DrfPolicy
 from loadmaster.scheduling.policies.windows import next_window_s
 from loadmaster.scheduling.snapshot import JobView, Snapshot
-from loadmaster.sim import simulator
-from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.experiment import RunOptions
 from loadmaster.traces import load_cluster
 from loadmaster.traces.synth import synthesize
+from tests.sim.decisions_made import simulate_counting
 
 
 def every_window(policy: DrfPolicy, snap: Snapshot, heads: Sequence[JobView]) -> float:
@@ -41,18 +41,7 @@ def every_round(policy: DrfPolicy, snap: Snapshot, heads: Sequence[JobView]) -> 
 def _run(seed: int, placement: str, cluster: str, jobs: int) -> tuple[dict[str, object], list[str], int]:
     gpus = load_cluster(cluster).total_gpus
     workload = synthesize("philly", jobs, seed, cluster_gpus=gpus, load=1.6, cpu_demands=bool(seed % 2))
-    made = [0]
-    decide = simulator._Run.decide
-
-    def counted(run: simulator._Run) -> object:
-        made[0] += 1
-        return decide(run)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(simulator._Run, "decide", counted)
-        run = simulate(workload, load_cluster(cluster), RunOptions(policy="drf", placement=placement))
-    summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
-    return summary, [repr(r) for r in run.result.records], made[0]
+    return simulate_counting(workload, load_cluster(cluster), RunOptions(policy="drf", placement=placement))
 
 
 @settings(max_examples=14, deadline=None)

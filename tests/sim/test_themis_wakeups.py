@@ -16,10 +16,10 @@ from loadmaster.core.workload import Workload
 from loadmaster.scheduling.policies.themis import ThemisPolicy
 from loadmaster.scheduling.policies.themis_quiet import stays_above
 from loadmaster.scheduling.snapshot import JobView, Snapshot
-from loadmaster.sim import simulator
-from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.experiment import RunOptions
 from loadmaster.traces import load_cluster, load_workload
 from loadmaster.traces.synth import synthesize
+from tests.sim.decisions_made import simulate_counting
 
 
 def every_round(policy: ThemisPolicy, snap: Snapshot, heads: Sequence[JobView]) -> float:
@@ -27,19 +27,8 @@ def every_round(policy: ThemisPolicy, snap: Snapshot, heads: Sequence[JobView]) 
 
 
 def _run(workload: object, cluster: str, placement: str, migrate: bool = False) -> tuple[object, list[str], int]:
-    made = [0]
-    decide = simulator._Run.decide
-
-    def counted(run: simulator._Run) -> object:
-        made[0] += 1
-        return decide(run)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(simulator._Run, "decide", counted)
-        run = simulate(workload, load_cluster(cluster),  # type: ignore[arg-type]
-                       RunOptions(policy="themis", placement=placement, migrate=migrate))
-    summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
-    return summary, [repr(r) for r in run.result.records], made[0]
+    return simulate_counting(workload, load_cluster(cluster),  # type: ignore[arg-type]
+                             RunOptions(policy="themis", placement=placement, migrate=migrate))
 
 
 def _both(workload: object, cluster: str, placement: str, migrate: bool = False) -> tuple[int, int]:

@@ -1,0 +1,28 @@
+"""A simulation that also counts the decisions it made (not the timer rounds it counted without making them),
+for tests that compare a run which skips rounds with one that makes every round."""
+
+from __future__ import annotations
+
+import pytest
+
+from loadmaster.core.cluster import Cluster
+from loadmaster.core.workload import Workload
+from loadmaster.sim import simulator
+from loadmaster.sim.experiment import RunOptions, simulate
+
+
+def simulate_counting(workload: Workload, cluster: Cluster, options: RunOptions
+                      ) -> tuple[dict[str, object], list[str], int]:
+    """The run's summary (without its wall time), every job's record as text, and the decisions made."""
+    made = [0]
+    decide = simulator._Run.decide
+
+    def counted(run: simulator._Run) -> object:
+        made[0] += 1
+        return decide(run)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulator._Run, "decide", counted)
+        run = simulate(workload, cluster, options)
+    summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
+    return summary, [repr(r) for r in run.result.records], made[0]
