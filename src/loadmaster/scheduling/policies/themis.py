@@ -716,7 +716,7 @@ class ThemisPolicy(Policy):
         return rnd.worth_moving(job, to)
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
-        # See _quiet.quiet_until for what time alone changes in a decision and why each bound holds.
+        # See themis_quiet.quiet_until for what time alone changes in a decision and why each bound holds.
         rnd = self._last
         if rnd is None or rnd.snap is not snap or rnd.moved or not snap.queued:
             # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
