@@ -3,7 +3,7 @@
 from collections.abc import Sequence
 
 from loadmaster.core.job import Allocation
-from loadmaster.scheduling import JobView, Snapshot, TenantQuota, WaitReason, decide, make_placer, make_policy
+from loadmaster.scheduling import JobView, Snapshot, TenantQuota, Wait, WaitReason, decide, make_placer, make_policy
 from loadmaster.scheduling.session import Session
 from tests.helpers import cluster, job, queued
 
@@ -110,3 +110,51 @@ def test_a_session_decides_on_the_whole_queue_as_decide_does() -> None:
     full = decide(snap, make_policy("fair-fifo"), make_placer("pack"))
     assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects)
     assert {w.job_id: w.reason for w in plan.waits} == {w.job_id: w.reason for w in full.waits}
+
+
+def test_a_vc_flipping_between_held_and_no_capacity_reuses_its_waits() -> None:
+    """When a VC's usage crosses what its head needs, every other queued job of the VC flips between
+    OVER_QUOTA (held for the head) and NO_CAPACITY. The plans report each flip as decide() does, and a job
+    flipping back gets the Wait it had before, not a new object (thousands per decision brought the garbage
+    collector into decide()); a job that leaves the queue takes its Waits with it."""
+    c = cluster(4, 4)
+    quotas = {"A": TenantQuota("A", 6, 0), "B": TenantQuota("B", 8, 0)}
+    ra1 = JobView(job("ra1", gpus=2, tenant="A"), 0, allocation=Allocation("ra1", (0,), 2, 0, 0), rate=1.0)
+    ra2 = JobView(job("ra2", gpus=2, tenant="A"), 0, allocation=Allocation("ra2", (0,), 2, 0, 0), rate=1.0)
+    rb = JobView(job("rb", gpus=4, tenant="B"), 0, allocation=Allocation("rb", (1,), 4, 0, 0), rate=1.0)
+    waiting = [queued(job("wide", gpus=4, tenant="A", submit=1)), queued(job("s1", gpus=3, tenant="A", submit=2)),
+               queued(job("s2", gpus=3, tenant="A", submit=3))]
+    session = Session(make_policy("fair-fifo"), make_placer("pack"))
+    for view in waiting:
+        session.add(view)
+    last: dict[str, WaitReason] = {}
+
+    def check(running: tuple[JobView, ...]) -> dict[str, Wait]:
+        free = [4 - sum(v.spec.gpus for v in running if v.allocation and v.allocation.learner_nodes == (n,))
+                for n in (0, 1)]
+
+        def world(queue: Sequence[JobView]) -> Snapshot:
+            return Snapshot.build(5, c, free, [32, 32], [256, 256], queue, running, quotas)
+        plan = session.decide(world(session.queued))
+        full = decide(world(tuple(waiting)), make_policy("fair-fifo"), make_placer("pack"))
+        assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects) == ((), (), ())
+        reasons = {w.job_id: w.reason for w in full.waits}
+        assert {w.job_id: w.reason for w in plan.waits} == {j: r for j, r in reasons.items() if last.get(j) is not r}
+        last.update(reasons)
+        return {w.job_id: w for w in plan.waits}
+
+    # A holds 4 of its 6: the head (4) does not fit, the others are held for it.
+    held = check((ra1, ra2, rb))
+    assert {j: w.reason for j, w in held.items()} == dict.fromkeys(["wide", "s1", "s2"], WaitReason.OVER_QUOTA)
+    # ra2 ends: the head fits A's quota, but 2 GPUs are free; nobody is over quota, so nobody is preempted.
+    free = check((ra1, rb))
+    assert {j: w.reason for j, w in free.items()} == dict.fromkeys(["wide", "s1", "s2"], WaitReason.NO_CAPACITY)
+    # ra2 back (a shell's world moves back and forth across the line): the same Waits again.
+    again = check((ra1, ra2, rb))
+    assert again == held and all(again[j] is held[j] for j in held)
+    again = check((ra1, rb))
+    assert all(again[j] is free[j] for j in free)
+    session.remove("s1")
+    waiting = [v for v in waiting if v.job_id != "s1"]
+    assert all("s1" not in made for made in session._waits.values())
+    assert check((ra1, ra2, rb)) == {"wide": held["wide"], "s2": held["s2"]}

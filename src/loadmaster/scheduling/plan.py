@@ -69,7 +69,8 @@ class Reject:
 
 
 class Wait(NamedTuple):
-    """One per job left waiting in a round: a named tuple because a long queue makes many of them."""
+    """One per job left waiting in a round: a named tuple because a long queue makes many of them. A Session
+    makes one per queued job and reason and hands the same one out whenever the job's reason turns back to it."""
 
     job_id: str
     reason: WaitReason

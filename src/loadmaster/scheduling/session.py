@@ -95,6 +95,8 @@ class Session:
         # The jobs Policy.marked_jobs() set apart at the last decision (their class depends on it).
         self.marks = policy.marks_jobs
         self._marked: frozenset[str] = frozenset()
+        # Incremental mode: the Waits made so far, per reason, per queued job (_wait()).
+        self._waits: dict[WaitReason, dict[str, Wait]] = {}
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -136,6 +138,8 @@ class Session:
                 del self._pending[job_id]
             elif job_id in self._entries:
                 self._detach(job_id)
+            for made in self._waits.values():
+                made.pop(job_id, None)
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
@@ -307,6 +311,19 @@ class Session:
                 waits.append(Wait(view.job_id, result))
         rnd.grows_elastic(w.reason for w in waits)
         return rnd.plan(rejects, waits)
+
+    def _wait(self, job_id: str, reason: WaitReason) -> Wait:
+        """Wait(job_id, reason), made once per queued job and reason. A job's reason flips back and forth
+        while it waits (fair-fifo: each time its VC's usage crosses what the VC's head needs, every other job
+        of the VC turns OVER_QUOTA or back): a new Wait each time made thousands of objects per decision,
+        which ran the garbage collector's young and full passes inside decide() (docs/benchmarks.md, h9ff)."""
+        made = self._waits.get(reason)
+        if made is None:
+            made = self._waits[reason] = {}
+        wait = made.get(job_id)
+        if wait is None:
+            wait = made[job_id] = Wait(job_id, reason)
+        return wait
 
     def _entries_class(self, job_id: str) -> JobClass:
         return self._entries[job_id].cls
@@ -685,7 +702,7 @@ class _Walk:
             now = entry.cls.reason_at(entry.key)
             assert now is not None
             if now is not before:
-                waits.append(Wait(job_id, now))
+                waits.append(self.session._wait(job_id, now))
         return waits
 
     def _diff(self, cls: JobClass, old: list[tuple[Key, WaitReason]], new: list[tuple[Key, WaitReason]],
@@ -693,6 +710,7 @@ class _Walk:
         """Waits for the jobs of `cls` (other than new ones and those leaving) whose run changed reason."""
         pending = self.session._pending
         leaving = self.leaving
+        wait = self.session._wait
         bounds = sorted({k for k, _ in old} | {k for k, _ in new})
         keys = cls.keys
         for a, b in zip(bounds, [*bounds[1:], None], strict=True):
@@ -705,7 +723,7 @@ class _Walk:
             for view in cls.views[lo:hi]:
                 job_id = view.job_id
                 if job_id not in pending and job_id not in leaving:
-                    waits.append(Wait(job_id, now))
+                    waits.append(wait(job_id, now))
 
     def _only_reasons(self, allowed: tuple[WaitReason, ...]) -> bool:
         """Does every job still waiting after this plan wait for one of `allowed`?"""
