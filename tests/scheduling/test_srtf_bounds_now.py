@@ -157,3 +157,23 @@ def test_the_last_bound_is_asked_again_once_the_call_started_or_released_anyone(
             if v.job_id not in gate.released and v.allocation is not None:
                 gate.remove(v)
                 free.give(v.allocation, grow=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.lists(st.tuples(st.integers(0, 16), st.sampled_from((1, 2, 4)),
+                                                 st.integers(1, 8)), min_size=1, max_size=8))
+def test_the_room_walk_that_stops_once_it_reaches_the_gang_answers_as_the_whole_walk(
+        seed: int, asks: list[tuple[int, int, int]]) -> None:
+    # _may_fit() asks room_with_first(per, k, learners): the walk along the prefix may stop once the count
+    # reaches the gang, and later asks (other k, other gangs, the same per-snapshot walk) go on from there. Each
+    # answer must be the exact count where it is below `enough`, and at least `enough` otherwise.
+    snap, _ = _running_world(seed)
+    memo = SrtfPolicy()._by_snapshot(snap)
+    fresh = SrtfPolicy()._by_snapshot(snap)
+    n = len(memo.jobs)
+    for k, per, enough in asks:
+        k = min(k, n)
+        exact = fresh.room_with_first(per, k)
+        got = memo.room_with_first(per, k, enough)
+        assert got == exact if exact < enough else got >= enough
+        assert memo.gpus_of_first(k) == fresh.gpus_of_first(k)
