@@ -22,7 +22,8 @@ from tests.helpers import cluster, job
 
 def _view(rng: random.Random, i: int) -> JobView:
     spec = job(f"r{i}", duration=rng.choice((500.0, 2000.0, 9000.0)))
-    alloc = Allocation(spec.job_id, (0,), 1, spec.cpus_per_learner, spec.mem_gb_per_learner)
+    nodes = tuple(rng.sample(range(4), rng.randint(1, 2)))
+    alloc = Allocation(spec.job_id, nodes, rng.choice((1, 2, 4)), spec.cpus_per_learner, spec.mem_gb_per_learner)
     started = rng.choice((None, 0.0, 50.0, 300.0))
     return JobView(spec, 0.0, allocation=alloc, work_done_s=rng.choice((0.0, 100.0, 899.0)),
                    rate=rng.choice((0.0, 0.5, 1.0)), as_of=rng.choice((0.0, 50.0, 300.0)), started_at=started)
@@ -30,7 +31,11 @@ def _view(rng: random.Random, i: int) -> JobView:
 
 def _fresh(jobs: tuple[JobView, ...]) -> list[list[float]]:
     return [[v.work_done_s for v in jobs], [v.rate for v in jobs], [v.as_of for v in jobs],
-            [v.spec.duration_s for v in jobs], [v.started_at or 0.0 for v in jobs]]
+            [v.spec.duration_s for v in jobs]]
+
+
+def _lazy_fresh(jobs: tuple[JobView, ...]) -> dict[str, list[float]]:
+    return {"started": [v.started_at or 0.0 for v in jobs]}
 
 
 @settings(max_examples=200, deadline=None)
@@ -58,8 +63,14 @@ def test_rows_kept_across_tuples_are_those_read_afresh(seed: int, reuse_from: in
             jobs = tuple(kept)
             running = _Running(jobs, prev)
             got = [running.done.tolist(), running.rate.tolist(), running.as_of.tolist(),
-                   running.duration.tolist(), running.started().tolist()]
+                   running.duration.tolist()]
             assert got == _fresh(jobs)
+            # The column read on first use, asked at some tuples only (a row is shared only where the last
+            # tuple read that column).
+            want = _lazy_fresh(jobs)
+            for name in want:
+                if rng.random() < 0.6:
+                    assert running.lazy(name).tolist() == want[name]
             prev = running
 
 
@@ -91,3 +102,7 @@ def test_gains_and_victim_order_from_kept_rows_are_those_of_a_fresh_policy(seed:
             assert np.array_equal(kept_memo.work, fresh_memo.work)
             assert kept_memo.asc == fresh_memo.asc == sorted(fresh_memo.gains.tolist())
             assert kept_memo.order() == fresh_memo.order()
+            k = rng.randint(0, len(jobs))
+            assert kept_memo.gpus_of_first(k) == fresh_memo.gpus_of_first(k) == sum(
+                len(jobs[i].allocation.learner_nodes) * jobs[i].allocation.gpus_per_learner  # type: ignore[union-attr]
+                for i in fresh_memo.by_gain()[:k])

@@ -36,8 +36,9 @@ _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
 _AS_OF = attrgetter("as_of")
 _DURATION = attrgetter("spec.duration_s")
-_STARTED = attrgetter("started_at")
 _COLUMNS = (_WORK_DONE, _RATE, _AS_OF, _DURATION)  # _Running's arrays
+# _Running's columns read on first use: when each job started (0 without a start: victim_key's `or 0.0`).
+_LAZY: dict[str, Callable[[JobView], float]] = {"started": lambda v: v.started_at or 0.0}
 
 
 def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
@@ -124,11 +125,13 @@ class _Running:
     cost (4.4 s of CPU); with a few dozen (the 3k overload) four reads cost less than the matching, so it is
     done from _REUSE_FROM views on."""
 
-    __slots__ = ("_started", "as_of", "done", "duration", "ids", "jobs", "rate")
+    __slots__ = ("_from", "_lazy", "as_of", "done", "duration", "ids", "jobs", "rate")
 
     def __init__(self, jobs: Sequence[JobView], prev: _Running | None = None) -> None:
         self.jobs = jobs
-        self._started: npt.NDArray[np.float64] | None = None
+        self._lazy: dict[str, npt.NDArray[np.float64]] = {}  # the columns read on first use (lazy())
+        # Where the shared rows are: the last tuple's arrays, its runs and how many views they make (None: none).
+        self._from: tuple[_Running, list[tuple[int, int]], int] | None = None
         n = len(jobs)
         self.ids: npt.NDArray[np.int64] | None = None
         runs: list[tuple[int, int]] = []
@@ -139,6 +142,8 @@ class _Running:
             if prev is not None and prev.ids is not None:
                 runs, shared = _shared(prev.ids, ids)
                 fresh = jobs[shared:]
+                prev._from = None  # the last tuple's rows are all read by now, or never will be
+                self._from = (prev, runs, shared)
         cols = [np.fromiter(map(get, fresh), np.float64, len(fresh)) for get in _COLUMNS]
         if runs:
             assert prev is not None
@@ -149,16 +154,24 @@ class _Running:
         self.as_of: npt.NDArray[np.float64] = cols[2]
         self.duration: npt.NDArray[np.float64] = cols[3]
 
-    def started(self) -> npt.NDArray[np.float64]:
-        """When each job started (0 for a view without a start: victim_key's `or 0.0`), read on first use: only
-        a displacement that may fit sorts the victims."""
-        started = self._started
-        if started is None:
-            at = list(map(_STARTED, self.jobs))
-            if None in at:
-                at = [0.0 if t is None else t for t in at]
-            started = self._started = np.array(at, dtype=np.float64)
-        return started
+    def lazy(self, name: str) -> npt.NDArray[np.float64]:
+        """A column read on first use (_LAZY: what only some snapshots ask, e.g. the start times for the victim
+        order, which only a displacement that may fit sorts), with the shared rows where the last tuple read
+        it too."""
+        col = self._lazy.get(name)
+        if col is None:
+            get = _LAZY[name]
+            shared = self._from
+            old = shared[0]._lazy.get(name) if shared is not None else None
+            if old is not None:
+                assert shared is not None
+                fresh = self.jobs[shared[2]:]
+                col = np.concatenate([old[a:b] for a, b in shared[1]]
+                                     + [np.fromiter(map(get, fresh), np.float64, len(fresh))])
+            else:
+                col = np.fromiter(map(get, self.jobs), np.float64, len(self.jobs))
+            self._lazy[name] = col
+        return col
 
 
 # From how many running views _Running matches a new tuple with the last one (measured on tuples that lose one
@@ -193,8 +206,8 @@ class _Gains:
     order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
     prefix of them adds."""
 
-    __slots__ = ("_asked", "_by_gain", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains", "jobs", "most",
-                 "running", "snap", "work")
+    __slots__ = ("_asked", "_by_gain", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains",
+                 "jobs", "most", "running", "snap", "work")
 
     def __init__(self, snap: Snapshot, running: _Running, work: npt.NDArray[np.float64],
                  gains: npt.NDArray[np.float64]) -> None:
@@ -209,7 +222,7 @@ class _Gains:
         self._order: list[int] | None = None
         self._by_gain: list[int] | None = None
         self._free: tuple[list[float], float, dict[float, int]] | None = None
-        self._cum: list[int] = [0]  # extended by gpus_of_first() and by _Rooms.at(), which walk the same prefix
+        self._cum: list[int] = [0]  # extended by gpus_of_first() as asked
         self._rooms: dict[float, _Rooms] = {}
         self._asked: JobView | None = None
         self._want = 0.0
@@ -220,7 +233,7 @@ class _Gains:
         victim_key gives). Only a displacement that may fit walks the victims, so it is sorted then."""
         order = self._order
         if order is None:
-            order = self._order = np.lexsort((-self.running.started(), -self.gains)).tolist()
+            order = self._order = np.lexsort((-self.running.lazy("started"), -self.gains)).tolist()
         return order
 
     def want_of(self, job: JobView) -> float:
@@ -245,17 +258,21 @@ class _Gains:
             by_gain = self._by_gain = (-self.gains).argsort(kind="stable").tolist()
         return by_gain
 
-    def gpus_of_first(self, k: int) -> int:
-        """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked)."""
+    def gpus_of_first(self, k: int, enough: float = math.inf) -> int:
+        """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked). With
+        `enough`: that sum where it is below `enough`, else any sum of at least `enough` (the walk may stop
+        there: a displacement needs a few GPUs, and hundreds of jobs may gain more than a long job's work)."""
         cum = self._cum
-        if k >= len(cum):
+        if k >= len(cum) and cum[-1] < enough:
             jobs, total = self.jobs, cum[-1]
             for i in self.by_gain()[len(cum) - 1:k]:
                 a = jobs[i].allocation
                 assert a is not None
                 total += len(a.learner_nodes) * a.gpus_per_learner
                 cum.append(total)
-        return cum[k]
+                if total >= enough:
+                    break
+        return cum[min(k, len(cum) - 1)]
 
     def free(self) -> tuple[list[float], float, dict[float, int]]:
         """The snapshot's free GPUs per server, in all (its sum: decide()'s FreeCapacity starts from it too),
@@ -307,15 +324,13 @@ class _Rooms:
             return counts[-1]  # releasing more only adds room: the count at k is at least this one
         free_now = gains.free()[0]
         now = self.now
-        order, jobs, cum = gains.by_gain(), gains.jobs, gains._cum
+        order, jobs = gains.by_gain(), gains.jobs
         room = counts[-1]
         for i in order[len(counts) - 1:k]:
             a = jobs[i].allocation
             assert a is not None
             g = a.gpus_per_learner
             nodes = a.learner_nodes
-            if len(cum) == len(counts):  # the GPU sums along the same prefix (gpus_of_first), on the way
-                cum.append(cum[-1] + len(nodes) * g)
             for node in nodes:
                 before = now.get(node)
                 if before is None:
@@ -543,7 +558,8 @@ class SrtfPolicy(KeyedPolicy):
         if not gate.released:
             # The GPUs in all first (a walk along the prefix without the servers), then the room, as far as it
             # takes to reach the gang (the count only grows along the prefix).
-            if total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 < need:
+            now = total - gate.started_gpus
+            if now + memo.gpus_of_first(k, need - now) + 1e-9 < need:
                 return False
             return per <= 0 or memo.room_with_first(per, k, learners) >= learners
         jobs = memo.jobs
