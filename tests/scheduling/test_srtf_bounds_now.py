@@ -157,3 +157,26 @@ def test_the_last_bound_is_asked_again_once_the_call_started_or_released_anyone(
             if v.job_id not in gate.released and v.allocation is not None:
                 gate.remove(v)
                 free.give(v.allocation, grow=False)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.lists(st.tuples(st.integers(0, 16), st.sampled_from((1, 2, 4)),
+                                                 st.integers(1, 8)), min_size=1, max_size=8))
+def test_the_walks_that_stop_once_they_reach_the_gang_answer_as_the_whole_walks(
+        seed: int, asks: list[tuple[int, int, int]]) -> None:
+    # _may_fit() asks gpus_of_first(k, GPUs short) and room_with_first(per, k, learners): each walk along the
+    # prefix may stop once its count reaches what the gang needs, and later asks (other k, other gangs, the same
+    # per-snapshot walks) go on from there. Each answer must be the exact count where it is below `enough`, and
+    # at least `enough` otherwise.
+    snap, _ = _running_world(seed)
+    memo = SrtfPolicy()._by_snapshot(snap)
+    fresh = SrtfPolicy()._by_snapshot(snap)
+    n = len(memo.jobs)
+    for k, per, enough in asks:
+        k = min(k, n)
+        exact = fresh.room_with_first(per, k)
+        got = memo.room_with_first(per, k, enough)
+        assert got == exact if exact < enough else got >= enough
+        gpus = fresh.gpus_of_first(k)
+        got_gpus = memo.gpus_of_first(k, 2 * enough)  # the GPUs in all, walked as far as they reach `enough`
+        assert got_gpus == gpus if gpus < 2 * enough else got_gpus >= 2 * enough

@@ -36,7 +36,9 @@ _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
 _AS_OF = attrgetter("as_of")
 _DURATION = attrgetter("spec.duration_s")
-_STARTED = attrgetter("started_at")
+_COLUMNS = (_WORK_DONE, _RATE, _AS_OF, _DURATION)  # _Running's arrays
+# _Running's columns read on first use: when each job started (0 without a start: victim_key's `or 0.0`).
+_LAZY: dict[str, Callable[[JobView], float]] = {"started": lambda v: v.started_at or 0.0}
 
 
 def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
@@ -89,6 +91,12 @@ class _DisplacementGate(Gate):
         # version, or a search it undoes). The last bound answered, for that point.
         self.changes = 0
         self.last_room: tuple[JobView, int, int, int, bool] | None = None
+        # The free GPUs per server at one point of the call ((changes, version)) and, per learner size, the
+        # learners they hold: _fits_now() asks several classes at one point (5,104 of its 7,875 calls on the
+        # 3k overload), each of which summed every server again.
+        self.point: tuple[int, int] | None = None
+        self.point_gpus: list[float] = []
+        self.point_room: dict[float, int] = {}
 
     def watch(self, free: FreeCapacity) -> None:
         self.free = free
@@ -108,17 +116,89 @@ class _DisplacementGate(Gate):
 
 class _Running:
     """The running jobs' progress as arrays: fixed while the tuple is (a shell passes the same tuple while
-    nobody starts or ends, e.g. between arrivals), so they are read once for every snapshot until then."""
+    nobody starts or ends, e.g. between arrivals), so they are read once for every snapshot until then.
 
-    __slots__ = ("as_of", "done", "duration", "jobs", "rate")
+    With many jobs running, a new tuple takes the rows of the views it shares with the last one (`prev`: a
+    view is fixed, so its row is too) and reads only the others: a shell's next tuple is mostly the last one
+    less the jobs that left, with those that started after them (the simulator's). On Philly's cluster (~870
+    jobs running on average over the 117k jobs) reading every view at every start and end was srtf's largest
+    cost (4.4 s of CPU); with a few dozen (the 3k overload) four reads cost less than the matching, so it is
+    done from _REUSE_FROM views on."""
 
-    def __init__(self, jobs: Sequence[JobView]) -> None:
-        n = len(jobs)
+    __slots__ = ("_from", "_lazy", "as_of", "done", "duration", "ids", "jobs", "rate")
+
+    def __init__(self, jobs: Sequence[JobView], prev: _Running | None = None) -> None:
         self.jobs = jobs
-        self.done = np.fromiter(map(_WORK_DONE, jobs), np.float64, n)
-        self.rate = np.fromiter(map(_RATE, jobs), np.float64, n)
-        self.as_of = np.fromiter(map(_AS_OF, jobs), np.float64, n)
-        self.duration = np.fromiter(map(_DURATION, jobs), np.float64, n)
+        self._lazy: dict[str, npt.NDArray[np.float64]] = {}  # the columns read on first use (lazy())
+        # Where the shared rows are: the last tuple's arrays, its runs and how many views they make (None: none).
+        self._from: tuple[_Running, list[tuple[int, int]], int] | None = None
+        n = len(jobs)
+        self.ids: npt.NDArray[np.int64] | None = None
+        runs: list[tuple[int, int]] = []
+        fresh = jobs
+        if n >= _REUSE_FROM:
+            # id() of views the last tuple holds (alive, so no other object has their id) or of this one's.
+            ids = self.ids = np.fromiter(map(id, jobs), np.int64, n)
+            if prev is not None and prev.ids is not None:
+                runs, shared = _shared(prev.ids, ids)
+                fresh = jobs[shared:]
+                prev._from = None  # the last tuple's rows are all read by now, or never will be
+                self._from = (prev, runs, shared)
+        cols = [np.fromiter(map(get, fresh), np.float64, len(fresh)) for get in _COLUMNS]
+        if runs:
+            assert prev is not None
+            cols = [np.concatenate([old[a:b] for a, b in runs] + [new]) for old, new in
+                    zip((prev.done, prev.rate, prev.as_of, prev.duration), cols, strict=True)]
+        self.done: npt.NDArray[np.float64] = cols[0]
+        self.rate: npt.NDArray[np.float64] = cols[1]
+        self.as_of: npt.NDArray[np.float64] = cols[2]
+        self.duration: npt.NDArray[np.float64] = cols[3]
+
+    def lazy(self, name: str) -> npt.NDArray[np.float64]:
+        """A column read on first use (_LAZY: what only some snapshots ask, e.g. the start times for the victim
+        order, which only a displacement that may fit sorts), with the shared rows where the last tuple read
+        it too."""
+        col = self._lazy.get(name)
+        if col is None:
+            get = _LAZY[name]
+            shared = self._from
+            old = shared[0]._lazy.get(name) if shared is not None else None
+            if old is not None:
+                assert shared is not None
+                fresh = self.jobs[shared[2]:]
+                col = np.concatenate([old[a:b] for a, b in shared[1]]
+                                     + [np.fromiter(map(get, fresh), np.float64, len(fresh))])
+            else:
+                col = np.fromiter(map(get, self.jobs), np.float64, len(self.jobs))
+            self._lazy[name] = col
+        return col
+
+
+# From how many running views _Running matches a new tuple with the last one (measured on tuples that lose one
+# or two views and gain as many, per tuple: 64 views 26 us to read, 59 to match; 128: 69 / 77; 256: 114 / 99;
+# 874: 367 / 183), and how many runs of shared views it follows before it reads the rest afresh.
+_REUSE_FROM = 192
+_MAX_GAPS = 8
+
+
+def _shared(old: npt.NDArray[np.int64], new: npt.NDArray[np.int64]) -> tuple[list[tuple[int, int]], int]:
+    """The runs (start, end) of the last tuple's views that the new one begins with, in order, compared by id()
+    in C, and how many views of the new one they make. A shell's new tuple is the last one less the views
+    that left (each ends a run) and then the others, which are read afresh (so is a view found out of order:
+    a row is only ever taken for the same object)."""
+    runs: list[tuple[int, int]] = []
+    i = j = 0
+    for _ in range(_MAX_GAPS):
+        size = min(len(old) - i, len(new) - j)
+        if size <= 0:
+            break
+        differ = np.flatnonzero(old[i:i + size] != new[j:j + size])
+        run = int(differ[0]) if differ.size else size
+        if run:
+            runs.append((i, i + run))
+        i += run + 1  # old[i + run] left
+        j += run
+    return runs, j
 
 
 class _Gains:
@@ -126,22 +206,25 @@ class _Gains:
     order, the snapshot's free GPUs per server and, along the jobs by falling gain, what releasing each
     prefix of them adds."""
 
-    __slots__ = ("_asked", "_by_gain", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains", "jobs", "most",
-                 "snap", "work")
+    __slots__ = ("_asked", "_by_gain", "_by_gain_at", "_cum", "_free", "_order", "_rooms", "_want", "asc", "gains",
+                 "jobs", "most", "running", "snap", "work")
 
-    def __init__(self, snap: Snapshot, jobs: Sequence[JobView], work: npt.NDArray[np.float64],
+    def __init__(self, snap: Snapshot, running: _Running, work: npt.NDArray[np.float64],
                  gains: npt.NDArray[np.float64]) -> None:
         self.snap = snap
-        self.jobs = jobs
+        self.jobs = running.jobs
+        self.running = running
         self.work = work
         self.gains = gains
-        # Sorted in Python: a few dozen floats sort faster than numpy's max() is called.
-        self.asc = sorted(gains.tolist())
+        # One sort for both: the positions by falling gain (by_gain(): nearly every snapshot walks them) and the
+        # gains rising, bisected as a list (bisect on a list beats searchsorted's call for a few dozen).
+        self._by_gain_at = (-gains).argsort(kind="stable")
+        self.asc = gains[self._by_gain_at[::-1]].tolist()
         self.most = self.asc[-1] if self.asc else -math.inf
         self._order: list[int] | None = None
         self._by_gain: list[int] | None = None
         self._free: tuple[list[float], float, dict[float, int]] | None = None
-        self._cum: list[int] = [0]  # extended by gpus_of_first() and by _Rooms.at(), which walk the same prefix
+        self._cum: list[int] = [0]  # extended by gpus_of_first() as asked
         self._rooms: dict[float, _Rooms] = {}
         self._asked: JobView | None = None
         self._want = 0.0
@@ -152,10 +235,7 @@ class _Gains:
         victim_key gives). Only a displacement that may fit walks the victims, so it is sorted then."""
         order = self._order
         if order is None:
-            started = list(map(_STARTED, self.jobs))
-            if None in started:
-                started = [0.0 if t is None else t for t in started]
-            order = self._order = np.lexsort((-np.array(started, dtype=np.float64), -self.gains)).tolist()
+            order = self._order = np.lexsort((-self.running.lazy("started"), -self.gains)).tolist()
         return order
 
     def want_of(self, job: JobView) -> float:
@@ -177,20 +257,24 @@ class _Gains:
         the jobs that gain more than x, as in order(), which only orders ties further."""
         by_gain = self._by_gain
         if by_gain is None:
-            by_gain = self._by_gain = (-self.gains).argsort(kind="stable").tolist()
+            by_gain = self._by_gain = self._by_gain_at.tolist()
         return by_gain
 
-    def gpus_of_first(self, k: int) -> int:
-        """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked)."""
+    def gpus_of_first(self, k: int, enough: float = math.inf) -> int:
+        """The GPUs the first `k` jobs of by_gain() hold, in all (the sums extended along it as asked). With
+        `enough`: that sum where it is below `enough`, else any sum of at least `enough` (the walk may stop
+        there: a displacement needs a few GPUs, and hundreds of jobs may gain more than a long job's work)."""
         cum = self._cum
-        if k >= len(cum):
+        if k >= len(cum) and cum[-1] < enough:
             jobs, total = self.jobs, cum[-1]
             for i in self.by_gain()[len(cum) - 1:k]:
                 a = jobs[i].allocation
                 assert a is not None
                 total += len(a.learner_nodes) * a.gpus_per_learner
                 cum.append(total)
-        return cum[k]
+                if total >= enough:
+                    break
+        return cum[min(k, len(cum) - 1)]
 
     def free(self) -> tuple[list[float], float, dict[float, int]]:
         """The snapshot's free GPUs per server, in all (its sum: decide()'s FreeCapacity starts from it too),
@@ -214,13 +298,14 @@ class _Gains:
             by_size[per] = room
         return room
 
-    def room_with_first(self, per: float, k: int) -> int:
+    def room_with_first(self, per: float, k: int, enough: float = math.inf) -> int:
         """How many learners of `per` GPUs the servers could hold at most with the first `k` jobs of by_gain()
-        released: _may_fit()'s count with nothing else released, extended along it as asked."""
+        released: _may_fit()'s count with nothing else released, extended along it as asked. With `enough`: that
+        count where it is below `enough`, else any count of at least `enough` (the walk may stop there)."""
         rooms = self._rooms.get(per)
         if rooms is None:
             rooms = self._rooms[per] = _Rooms(self.room(per))
-        return rooms.at(k, per, self)
+        return rooms.at(k, per, self, enough)
 
 
 class _Rooms:
@@ -233,21 +318,21 @@ class _Rooms:
         self.counts = [room]
         self.now: dict[int, float] = {}
 
-    def at(self, k: int, per: float, gains: _Gains) -> int:
+    def at(self, k: int, per: float, gains: _Gains, enough: float = math.inf) -> int:
         counts = self.counts
         if k < len(counts):
             return counts[k]
+        if counts[-1] >= enough:
+            return counts[-1]  # releasing more only adds room: the count at k is at least this one
         free_now = gains.free()[0]
         now = self.now
-        order, jobs, cum = gains.by_gain(), gains.jobs, gains._cum
+        order, jobs = gains.by_gain(), gains.jobs
         room = counts[-1]
         for i in order[len(counts) - 1:k]:
             a = jobs[i].allocation
             assert a is not None
             g = a.gpus_per_learner
             nodes = a.learner_nodes
-            if len(cum) == len(counts):  # the GPU sums along the same prefix (gpus_of_first), on the way
-                cum.append(cum[-1] + len(nodes) * g)
             for node in nodes:
                 before = now.get(node)
                 if before is None:
@@ -255,6 +340,8 @@ class _Rooms:
                 after = now[node] = before + g
                 room += int((after + 1e-9) // per) - int((before + 1e-9) // per)
             counts.append(room)
+            if room >= enough:
+                break
         return room
 
 
@@ -310,8 +397,8 @@ class SrtfPolicy(KeyedPolicy):
             jobs = snap.running
             running = self._running
             if running is None or running.jobs is not jobs:
-                running = self._running = _Running(jobs)
-            memo = self._gains_memo = _Gains(snap, jobs, *self._gains(snap.clock, running))
+                running = self._running = _Running(jobs, running)
+            memo = self._gains_memo = _Gains(snap, running, *self._gains(snap.clock, running))
         return memo
 
     def _gains(self, clock: float, r: _Running) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -444,8 +531,13 @@ class SrtfPolicy(KeyedPolicy):
             return False
         if per <= 0:
             return True
-        gpus = free.gpus.tolist()
-        room = sum(int((x + 1e-9) // per) for x in gpus)
+        point = (gate.changes, free.version)
+        if gate.point != point:
+            gate.point, gate.point_gpus, gate.point_room = point, free.gpus.tolist(), {}
+        gpus = gate.point_gpus
+        room = gate.point_room.get(per)
+        if room is None:
+            room = gate.point_room[per] = sum(int((x + 1e-9) // per) for x in gpus)
         for node, more in added.items():
             x = gpus[node]
             room += int((x + more + 1e-9) // per) - int((x + 1e-9) // per)
@@ -466,10 +558,12 @@ class SrtfPolicy(KeyedPolicy):
         need = learners * per
         free_now, total, _ = memo.free()
         if not gate.released:
-            # Both counts, the room first: its walk along the prefix extends the GPU sums too.
-            if per > 0 and memo.room_with_first(per, k) < learners:
+            # The GPUs in all first (a walk along the prefix without the servers), then the room, as far as it
+            # takes to reach the gang (the count only grows along the prefix).
+            now = total - gate.started_gpus
+            if now + memo.gpus_of_first(k, need - now) + 1e-9 < need:
                 return False
-            return total - gate.started_gpus + memo.gpus_of_first(k) + 1e-9 >= need
+            return per <= 0 or memo.room_with_first(per, k, learners) >= learners
         jobs = memo.jobs
         released = [v.allocation for v in gate.released.values()]
         candidates = [jobs[i].allocation for i in memo.order()[:k]]
