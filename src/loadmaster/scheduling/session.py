@@ -199,6 +199,28 @@ class Session:
                 return plan
         return _Walk(self, snap).run()
 
+    def repeats(self, snap: Snapshot) -> bool:
+        """Would decide(snap) give an empty plan (no action and no Wait), known without deciding? True only
+        where no job is pending (none new or requeued since the last decision), no job is due to be re-keyed,
+        nothing may grow or move, and the policy settles every class without a visit
+        (Policy.settles_every_class) with the one reason all its jobs have now: the walk would then attempt
+        nothing and find every class's runs as they are. A shell that just carried out a plan that acted may
+        so know that a timer round after it changes nothing (the simulator's quiet_until)."""
+        if (not self.incremental or self._pending or self.migrate or self.marks or snap.running_elastic
+                or self.next_change_s() <= snap.clock):
+            return False
+        policy = self.policy
+        if type(policy).settles_every_class is Policy.settles_every_class:
+            return False
+        for cls in self._classes.values():
+            reasons = cls.reasons
+            if len(reasons) != 1 or cls.solo is not None:
+                return False
+        answers = policy.settles_every_class(policy.gate(snap), self._groups)
+        if answers is None or len(answers) != len(self._classes):
+            return False
+        return all(cls.reasons[0][1] is answers.get(cls) for cls in self._classes.values())
+
     def _remark(self, snap: Snapshot) -> None:
         """Classify again the jobs that gained or lost the policy's mark since the last decision (a tenant's
         new head under fair-fifo: the old one left, or a requeued job was submitted before it)."""
