@@ -204,7 +204,7 @@ class Session:
         where no job is pending (none new or requeued since the last decision), no job is due to be re-keyed,
         nothing may grow or move, and the policy settles every class without a visit
         (Policy.settles_every_class) with the one reason all its jobs have now: the walk would then attempt
-        nothing and find every class's runs as they are. A shell that just carried out a plan that acted may
+        nothing and give no job another reason. A shell that just carried out a plan that acted may
         so know that a timer round after it changes nothing (the simulator's quiet_until)."""
         if (not self.incremental or self._pending or self.migrate or self.marks or snap.running_elastic
                 or self.next_change_s() <= snap.clock):
@@ -212,14 +212,22 @@ class Session:
         policy = self.policy
         if type(policy).settles_every_class is Policy.settles_every_class:
             return False
+        # The one reason every job of each class has now (a run of no jobs, e.g. of jobs that started, counts for
+        # nothing: the walk's Waits are per job).
+        now: dict[JobClass, WaitReason] = {}
         for cls in self._classes.values():
             reasons = cls.reasons
-            if len(reasons) != 1 or cls.solo is not None:
+            if len(reasons) == 1:
+                now[cls] = reasons[0][1]
+                continue
+            found = {reason for lo, hi, reason in cls.runs() if lo < hi}
+            if len(found) != 1:
                 return False
-        answers = policy.settles_every_class(policy.gate(snap), self._groups)
-        if answers is None or len(answers) != len(self._classes):
+            now[cls] = found.pop()
+        answers = policy.settles_every_class(snap, self._groups)
+        if answers is None or len(answers) != len(now):
             return False
-        return all(cls.reasons[0][1] is answers.get(cls) for cls in self._classes.values())
+        return all(answers.get(cls) is reason for cls, reason in now.items())
 
     def _remark(self, snap: Snapshot) -> None:
         """Classify again the jobs that gained or lost the policy's mark since the last decision (a tenant's

@@ -223,13 +223,13 @@ class Policy(ABC):
         gang waiting on fragmentation may then start). None (the default): the Session merges classes."""
         return None
 
-    def settles_every_class(self, gate: Gate,
+    def settles_every_class(self, snap: Snapshot,
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
-        """Where this policy's walk_order() for a decision without migration whose gate is `gate` (a fresh
-        gate(snap)) would hand out no job at all and settle every class of `groups` without a visit (no attempt, nothing started,
-        displaced or rejected): the answer it settles each class with. None where that is not known (the
-        default). A Session uses it to know that a decision on a snapshot would change nothing without making
-        it (Session.repeats)."""
+        """Where this policy's walk_order() for a decision on `snap` without migration would hand out no job at
+        all and settle every class of `groups` without a visit (no attempt, nothing started, displaced or
+        rejected): the answer it settles each class with. None where that is not known (the default). A
+        Session uses it to know that a decision on a snapshot would change nothing without making it
+        (Session.repeats)."""
         return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:

@@ -632,14 +632,24 @@ class DrfPolicy(Policy):
         assert isinstance(gate, DrfGate)
         return _SkippingProgressiveOrder(gate, groups, class_of, migrate)
 
-    def settles_every_class(self, gate: Gate,
+    def settles_every_class(self, snap: Snapshot,
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
-        hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
-        assert isinstance(gate, DrfGate)
-        pruned = _SkippingProgressiveOrder._prune(gate, groups, gate.snap.free_gpu_total)
-        return pruned if len(pruned) == sum(len(g.classes) for g in groups.values()) else None
+        hold until an event; and no class's first job may displace anyone (next_change_s then says infinity).
+        The sizes are looked at first (most answers are None there), a gate made only if every gang passes."""
+        above_free = snap.free_gpu_total + 1e-9
+        above_largest = snap.max_free_gpus + 1e-9
+        n = 0
+        for group in groups.values():
+            for cls in group.classes:
+                spec = cls.views[0].spec
+                g = spec.gpus_per_learner
+                if cls.solo is not None or (spec.learners * g <= above_free and g <= above_largest):
+                    return None
+                n += 1
+        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
+        return pruned if len(pruned) == n else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
