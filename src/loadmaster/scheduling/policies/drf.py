@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.core.job import JobSpec
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
@@ -394,32 +395,29 @@ class _SkippingProgressiveOrder:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
         tenant that may not displace anyone (outside its entitlement, which its own starts only take it
         further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
-        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not (until starts
-        take the free GPUs below the gang: started() then walks the class again). Under overload that is
-        most classes, and decide() would answer each at every decision. With `migrate`, a FRAGMENTATION
-        class may start by moving running jobs: it is visited (moves never add free GPUs: NO_CAPACITY holds)."""
-        # Every class of every queued tenant is looked at, at every decision: the bounds and answers are
-        # looked up once here, not per class.
+        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not, or for a gang
+        whose learners the servers' free GPUs cannot hold (placement.base.failure_reason's count, on every
+        server whatever its type: the placer fails and classifies it so), until starts take the free GPUs
+        below the gang (started() then walks the class again; the free GPUs, and so that count, only fall
+        until then). Under overload that is most classes, and decide() would answer each at every decision.
+        With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
+        free GPUs: NO_CAPACITY holds)."""
+        # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
+        # here, not per class.
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
-        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
+        room: dict[tuple[int, int], bool] | None = None if migrate else {}
+        snap = gate.snap
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
                 view = cls.views[0]
-                spec = view.spec
-                g = spec.gpus_per_learner
-                if spec.learners * g > above_free:
-                    reason = no_capacity
-                elif g > above_largest:
-                    reason = fragmentation
-                else:
-                    continue
-                if over or not within(view):
+                reason = _no_room(snap, view.spec, above_free, above_largest, room)
+                if reason is not None and (over or not within(view)):
                     pruned[cls] = reason
         return pruned
 
@@ -534,6 +532,42 @@ class _SkippingProgressiveOrder:
         return max(i + 1, first)
 
 
+def _no_room(snap: Snapshot, spec: JobSpec, above_free: float, above_largest: float,
+             room: dict[tuple[int, int], bool] | None) -> WaitReason | None:
+    """What placing the gang on the snapshot's free GPUs answers whatever the placer, where that follows from
+    the GPUs alone: NO_CAPACITY (more than the free GPUs, `above_free` being their sum plus rounding),
+    FRAGMENTATION (a learner larger than any server's, or, with `room` (a memo by shape), learners the servers
+    cannot hold); None where it may place (or fail on CPUs or memory)."""
+    g = spec.gpus_per_learner
+    n = spec.learners
+    if n * g > above_free:
+        return WaitReason.NO_CAPACITY
+    if g > above_largest:
+        return WaitReason.FRAGMENTATION
+    if room is None or n <= 1 or g <= 0:
+        return None
+    fits = room.get((g, n))
+    if fits is None:
+        fits = room[(g, n)] = _learner_room(snap, g, n) >= n
+    return None if fits else WaitReason.FRAGMENTATION
+
+
+def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
+    """How many of `learners` learners of `per_learner` GPUs the servers' free GPUs hold, each server counted
+    up to `learners` (placement.base.failure_reason's count, over every server), or `learners` once reached."""
+    buckets = snap.free_buckets
+    if buckets is None:
+        return int(np.minimum(np.floor_divide(snap.free_gpus + 1e-6, per_learner), learners).sum())
+    room = 0
+    for free, servers in buckets.items():
+        k = (free + 1e-6) // per_learner
+        if k > 0:
+            room += min(int(k), learners) * len(servers)
+            if room >= learners:
+                return learners
+    return room
+
+
 def _gang_gpus(cls: JobClass) -> int:
     spec = cls.views[0].spec
     return spec.learners * spec.gpus_per_learner
@@ -640,12 +674,11 @@ class DrfPolicy(Policy):
         The sizes are looked at first (most answers are None there), a gate made only if every gang passes."""
         above_free = snap.free_gpu_total + 1e-9
         above_largest = snap.max_free_gpus + 1e-9
+        room: dict[tuple[int, int], bool] = {}
         n = 0
         for group in groups.values():
             for cls in group.classes:
-                spec = cls.views[0].spec
-                g = spec.gpus_per_learner
-                if cls.solo is not None or (spec.learners * g <= above_free and g <= above_largest):
+                if cls.solo is not None or _no_room(snap, cls.views[0].spec, above_free, above_largest, room) is None:
                     return None
                 n += 1
         pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
