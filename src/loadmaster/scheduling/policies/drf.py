@@ -35,7 +35,6 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.job import JobSpec
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
@@ -408,16 +407,32 @@ class _SkippingProgressiveOrder:
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
         within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
-        room: dict[tuple[int, int], bool] | None = None if migrate else {}
+        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         snap = gate.snap
+        room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
                 if cls.solo is not None:
                     continue  # rejected, or elastic: answered on its own
                 view = cls.views[0]
-                reason = _no_room(snap, view.spec, above_free, above_largest, room)
-                if reason is not None and (over or not within(view)):
+                spec = view.spec
+                g = spec.gpus_per_learner
+                n = spec.learners
+                if n * g > above_free:
+                    reason = no_capacity
+                elif g > above_largest:
+                    reason = fragmentation
+                elif migrate or n <= 1 or g <= 0:
+                    continue
+                else:
+                    fits = room.get((g, n))
+                    if fits is None:
+                        fits = room[(g, n)] = _learner_room(snap, g, n) >= n
+                    if fits:
+                        continue
+                    reason = fragmentation
+                if over or not within(view):
                     pruned[cls] = reason
         return pruned
 
@@ -530,26 +545,6 @@ class _SkippingProgressiveOrder:
         first = (bisect_right(group.keys, submit, key=_submit) if t < bound[3]
                  else bisect_left(group.keys, submit, key=_submit))
         return max(i + 1, first)
-
-
-def _no_room(snap: Snapshot, spec: JobSpec, above_free: float, above_largest: float,
-             room: dict[tuple[int, int], bool] | None) -> WaitReason | None:
-    """What placing the gang on the snapshot's free GPUs answers whatever the placer, where that follows from
-    the GPUs alone: NO_CAPACITY (more than the free GPUs, `above_free` being their sum plus rounding),
-    FRAGMENTATION (a learner larger than any server's, or, with `room` (a memo by shape), learners the servers
-    cannot hold); None where it may place (or fail on CPUs or memory)."""
-    g = spec.gpus_per_learner
-    n = spec.learners
-    if n * g > above_free:
-        return WaitReason.NO_CAPACITY
-    if g > above_largest:
-        return WaitReason.FRAGMENTATION
-    if room is None or n <= 1 or g <= 0:
-        return None
-    fits = room.get((g, n))
-    if fits is None:
-        fits = room[(g, n)] = _learner_room(snap, g, n) >= n
-    return None if fits else WaitReason.FRAGMENTATION
 
 
 def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
@@ -670,19 +665,9 @@ class DrfPolicy(Policy):
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
-        hold until an event; and no class's first job may displace anyone (next_change_s then says infinity).
-        The sizes are looked at first (most answers are None there), a gate made only if every gang passes."""
-        above_free = snap.free_gpu_total + 1e-9
-        above_largest = snap.max_free_gpus + 1e-9
-        room: dict[tuple[int, int], bool] = {}
-        n = 0
-        for group in groups.values():
-            for cls in group.classes:
-                if cls.solo is not None or _no_room(snap, cls.views[0].spec, above_free, above_largest, room) is None:
-                    return None
-                n += 1
+        hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
         pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
-        return pruned if len(pruned) == n else None
+        return pruned if len(pruned) == sum(len(g.classes) for g in groups.values()) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
