@@ -204,8 +204,10 @@ class Session:
         where no job is pending (none new or requeued since the last decision), no job is due to be re-keyed,
         nothing may grow or move, and the policy settles every class without a visit
         (Policy.settles_every_class) with the one reason all its jobs have now: the walk would then attempt
-        nothing and give no job another reason. A shell that just carried out a plan that acted may
-        so know that a timer round after it changes nothing (the simulator's quiet_until)."""
+        nothing and give no job another reason, and so would every decision until an event or the Session's
+        next_change_s() (the policy's answers do not change with time alone). A shell that just carried out a
+        plan that acted may so know that the timer rounds after it change nothing (the simulator's
+        quiet_until)."""
         if (not self.incremental or self._pending or self.migrate or self.marks or snap.running_elastic
                 or self.next_change_s() <= snap.clock):
             return False

@@ -356,14 +356,11 @@ class _Run:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
             # every round is made.
             return -math.inf
-        snap = self.snap
         if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.migrations:
-            if type(self).decide is not _Run.decide:  # decides without the Session (learner_at_a_time)
-                return -math.inf
-            snap = self.snapshot()
-            if not self.session.repeats(snap):
-                return -math.inf
-        return min(self.session.next_change_s(), self.sim.policy.next_change_s(snap, self.session.heads()))
+            if type(self).decide is not _Run.decide or not self.session.repeats(self.snapshot()):
+                return -math.inf  # (a subclass that decides without the Session: learner_at_a_time)
+            return self.session.next_change_s()  # the policy's answers then hold until an event
+        return min(self.session.next_change_s(), self.sim.policy.next_change_s(self.snap, self.session.heads()))
 
     def quiet_rounds(self, at: float, round_s: float, limit: float) -> float:
         """Count the rounds at `at`, `at + round_s`, ... before `limit` (and not past until_s) as decisions

@@ -227,9 +227,10 @@ class Policy(ABC):
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
         """Where this policy's walk_order() for a decision on `snap` without migration would hand out no job at
         all and settle every class of `groups` without a visit (no attempt, nothing started, displaced or
-        rejected): the answer it settles each class with. None where that is not known (the default). A
-        Session uses it to know that a decision on a snapshot would change nothing without making it
-        (Session.repeats)."""
+        rejected): the answer it settles each class with, which time alone does not change (only an event: a
+        job arrives, starts or ends, capacity or quotas change). None where that is not known (the default). A
+        Session uses it to know that a decision on a snapshot would change nothing without making it, until an
+        event (Session.repeats)."""
         return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:
