@@ -92,6 +92,8 @@ class Session:
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
         self.promises = policy.promises_answers  # ever quiet at all
+        # Whether repeats() may ever answer True (the policy knows when its walk settles every class).
+        self.settles = self.incremental and type(policy).settles_every_class is not Policy.settles_every_class
         # The jobs Policy.marked_jobs() set apart at the last decision (their class depends on it).
         self.marks = policy.marks_jobs
         self._marked: frozenset[str] = frozenset()
@@ -208,11 +210,8 @@ class Session:
         next_change_s() (the policy's answers do not change with time alone). A shell that just carried out a
         plan that acted may so know that the timer rounds after it change nothing (the simulator's
         quiet_until)."""
-        if (not self.incremental or self._pending or self.migrate or self.marks or snap.running_elastic
+        if (not self.settles or self._pending or self.migrate or self.marks or snap.running_elastic
                 or self.next_change_s() <= snap.clock):
-            return False
-        policy = self.policy
-        if type(policy).settles_every_class is Policy.settles_every_class:
             return False
         # The one reason every job of each class has now (a run of no jobs, e.g. of jobs that started, counts for
         # nothing: the walk's Waits are per job).
@@ -226,7 +225,7 @@ class Session:
             if len(found) != 1:
                 return False
             now[cls] = found.pop()
-        answers = policy.settles_every_class(snap, self._groups)
+        answers = self.policy.settles_every_class(snap, self._groups)
         if answers is None or len(answers) != len(now):
             return False
         return all(answers.get(cls) is reason for cls, reason in now.items())
