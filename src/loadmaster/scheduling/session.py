@@ -92,6 +92,8 @@ class Session:
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
         self.promises = policy.promises_answers  # ever quiet at all
+        # Whether repeats() may ever answer True (the policy knows when its walk settles every class).
+        self.settles = self.incremental and type(policy).settles_every_class is not Policy.settles_every_class
         # The jobs Policy.marked_jobs() set apart at the last decision (their class depends on it).
         self.marks = policy.marks_jobs
         self._marked: frozenset[str] = frozenset()
@@ -202,6 +204,35 @@ class Session:
             if plan is not None:
                 return plan
         return _Walk(self, snap).run()
+
+    def repeats(self, snap: Snapshot) -> bool:
+        """Would decide(snap) give an empty plan (no action and no Wait), known without deciding? True only
+        where no job is pending (none new or requeued since the last decision), no job is due to be re-keyed,
+        nothing may grow or move, and the policy settles every class without a visit
+        (Policy.settles_every_class) with the one reason all its jobs have now: the walk would then attempt
+        nothing and give no job another reason, and so would every decision until an event or the Session's
+        next_change_s() (the policy's answers do not change with time alone). A shell that just carried out a
+        plan that acted may so know that the timer rounds after it change nothing (the simulator's
+        quiet_until)."""
+        if (not self.settles or self._pending or self.migrate or self.marks or snap.running_elastic
+                or self.next_change_s() <= snap.clock):
+            return False
+        # The one reason every job of each class has now (a run of no jobs, e.g. of jobs that started, counts for
+        # nothing: the walk's Waits are per job).
+        now: dict[JobClass, WaitReason] = {}
+        for cls in self._classes.values():
+            reasons = cls.reasons
+            if len(reasons) == 1:
+                now[cls] = reasons[0][1]
+                continue
+            found = {reason for lo, hi, reason in cls.runs() if lo < hi}
+            if len(found) != 1:
+                return False
+            now[cls] = found.pop()
+        answers = self.policy.settles_every_class(snap, self._groups)
+        if answers is None or len(answers) != len(now):
+            return False
+        return all(answers.get(cls) is reason for cls, reason in now.items())
 
     def _remark(self, snap: Snapshot) -> None:
         """Classify again the jobs that gained or lost the policy's mark since the last decision (a tenant's

@@ -12,6 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.queue_index import Group, JobClass, WalkOrder
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -220,6 +221,16 @@ class Policy(ABC):
         order_key): DRF's progressive filling re-ranks tenants as their jobs start. `groups` are the queued
         jobs by order_group, `class_of` a job id's class; `migrate`: the decision may move running jobs (a
         gang waiting on fragmentation may then start). None (the default): the Session merges classes."""
+        return None
+
+    def settles_every_class(self, snap: Snapshot,
+                            groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
+        """Where this policy's walk_order() for a decision on `snap` without migration would hand out no job at
+        all and settle every class of `groups` without a visit (no attempt, nothing started, displaced or
+        rejected): the answer it settles each class with, which time alone does not change (only an event: a
+        job arrives, starts or ends, capacity or quotas change). None where that is not known (the default). A
+        Session uses it to know that a decision on a snapshot would change nothing without making it, until an
+        event (Session.repeats)."""
         return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:

@@ -364,14 +364,6 @@ class _SkippingProgressiveOrder:
         self.share = gate.share
         self.groups = groups
         self.class_of = class_of
-        share = gate.share
-        heap: list[_Entry] = []
-        for t, g in groups.items():
-            name = str(t)
-            tier, level = share(name)
-            heap.append((tier, level, _submit(g.keys[0]), name, 0))
-        heapq.heapify(heap)
-        self.heap = heap
         self.answered_since: set[JobClass] = set()
         self.handed: tuple[str, int] | None = None  # (tenant, position) of the job handed out last
         # Classes answered without a visit (_prune), with the answer, skipped like answered ones while no
@@ -379,6 +371,18 @@ class _SkippingProgressiveOrder:
         # answered them) follows from each tenant's position in its queue, now and at the last start.
         self.free = gate.snap.free_gpu_total  # FreeCapacity.total_gpus at the round's start
         self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate)
+        heap: list[_Entry] = []
+        if len(self.pruned) < sum(len(g.classes) for g in groups.values()):
+            share = gate.share
+            for t, g in groups.items():
+                name = str(t)
+                tier, level = share(name)
+                heap.append((tier, level, _submit(g.keys[0]), name, 0))
+            heapq.heapify(heap)
+        # Else every class is pruned: the walk would pass every tenant's queue handing out nobody (nothing is
+        # attempted, so no victim is released and nothing is unpruned), and next() settles them all at once.
+        # Under overload that is half of the walks (DRF on the 3,000-job trace: 4,579 of 9,339).
+        self.heap = heap
         self.skip: set[JobClass] = set(self.pruned)  # answered_since | pruned
         self.pos: dict[str, int] = {}  # tenant -> its first job not handed out or skipped yet
         self.pos_at_start: dict[str, int] = {}
@@ -390,17 +394,22 @@ class _SkippingProgressiveOrder:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
         tenant that may not displace anyone (outside its entitlement, which its own starts only take it
         further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
-        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not (until starts
-        take the free GPUs below the gang: started() then walks the class again). Under overload that is
-        most classes, and decide() would answer each at every decision. With `migrate`, a FRAGMENTATION
-        class may start by moving running jobs: it is visited (moves never add free GPUs: NO_CAPACITY holds)."""
-        # Every class of every queued tenant is looked at, at every decision: the bounds and answers are
-        # looked up once here, not per class.
+        FRAGMENTATION for a learner larger than any server's free GPUs while the gang is not, or for a gang
+        whose learners the servers' free GPUs cannot hold (placement.base.failure_reason's count, on every
+        server whatever its type: the placer fails and classifies it so), until starts take the free GPUs
+        below the gang (started() then walks the class again; the free GPUs, and so that count, only fall
+        until then). Under overload that is most classes, and decide() would answer each at every decision.
+        With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
+        free GPUs: NO_CAPACITY holds)."""
+        # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
+        # here, not per class.
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
-        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
+        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
+        snap = gate.snap
+        room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
         for t, group in groups.items():
             over = gate.over(str(t))
             for cls in group.classes:
@@ -409,12 +418,20 @@ class _SkippingProgressiveOrder:
                 view = cls.views[0]
                 spec = view.spec
                 g = spec.gpus_per_learner
-                if spec.learners * g > above_free:
+                n = spec.learners
+                if n * g > above_free:
                     reason = no_capacity
                 elif g > above_largest:
                     reason = fragmentation
-                else:
+                elif migrate or n <= 1 or g <= 0:
                     continue
+                else:
+                    fits = room.get((g, n))
+                    if fits is None:
+                        fits = room[(g, n)] = _learner_room(snap, g, n) >= n
+                    if fits:
+                        continue
+                    reason = fragmentation
                 if over or not within(view):
                     pruned[cls] = reason
         return pruned
@@ -530,6 +547,22 @@ class _SkippingProgressiveOrder:
         return max(i + 1, first)
 
 
+def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
+    """How many of `learners` learners of `per_learner` GPUs the servers' free GPUs hold, each server counted
+    up to `learners` (placement.base.failure_reason's count, over every server), or `learners` once reached."""
+    buckets = snap.free_buckets
+    if buckets is None:
+        return int(np.minimum(np.floor_divide(snap.free_gpus + 1e-6, per_learner), learners).sum())
+    room = 0
+    for free, servers in buckets.items():
+        k = (free + 1e-6) // per_learner
+        if k > 0:
+            room += min(int(k), learners) * len(servers)
+            if room >= learners:
+                return learners
+    return room
+
+
 def _gang_gpus(cls: JobClass) -> int:
     spec = cls.views[0].spec
     return spec.learners * spec.gpus_per_learner
@@ -627,6 +660,14 @@ class DrfPolicy(Policy):
                    migrate: bool = False) -> WalkOrder | None:
         assert isinstance(gate, DrfGate)
         return _SkippingProgressiveOrder(gate, groups, class_of, migrate)
+
+    def settles_every_class(self, snap: Snapshot,
+                            groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
+        """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
+        its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
+        hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
+        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
+        return pruned if len(pruned) == sum(len(g.classes) for g in groups.values()) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
