@@ -51,6 +51,7 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
         assert abs(tc - float(cpus.sum())) < 1e-9
         assert abs(tm - float(mem.sum())) < 1e-9
         assert {k: v for k, v in ledger.buckets.items()} == _buckets(gpus)
+        assert list(ledger.buckets) == sorted(ledger.buckets)  # the counts in rising order (tightest_by_buckets)
 
 
 @settings(max_examples=150, deadline=None)

@@ -175,7 +175,7 @@ def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learne
     need_m = learners * m - 1e-6
     cpus, mem = free.cpus, free.mem
     left = _BUCKET_VISITS
-    for level in sorted(buckets):
+    for level in buckets:  # in rising order (Snapshot.free_buckets)
         if level < need_g:
             continue
         for node in buckets[level]:
