@@ -5,6 +5,9 @@ included)."""
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+from typing import cast
+
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -12,7 +15,15 @@ from hypothesis import strategies as st
 from loadmaster.core.job import JobSpec
 from loadmaster.scheduling import Snapshot, decide, make_placer, make_policy
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.placement.base import GAVE_UP, tightest_by_buckets, tightest_node, whole_gang_nodes
+from loadmaster.scheduling.placement.base import (
+    GAVE_UP,
+    best_spanning,
+    learner_slots,
+    spanning_by_buckets,
+    tightest_by_buckets,
+    tightest_node,
+    whole_gang_nodes,
+)
 from loadmaster.scheduling.snapshot import FreeLedger, JobView
 from tests.scheduling.test_invariants import snapshots
 
@@ -134,3 +145,20 @@ def test_the_tightest_server_from_buckets_is_the_scanned_one(snap: Snapshot, lea
     if free.gpus.size <= 64:  # it turns down at most 64 servers before leaving it to the scan
         assert found != GAVE_UP
     assert found == GAVE_UP or found == tightest_node(whole, free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(free_gpus=st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), min_size=1, max_size=40),
+       learners=st.integers(1, 12), gpus=st.integers(1, 8))
+def test_the_spanning_placement_from_buckets_is_the_scanned_one(free_gpus: list[float], learners: int,
+                                                                gpus: int) -> None:
+    """spanning_by_buckets() (pack's multi-server gang from the free-GPU buckets) answers as best_spanning()
+    over every server with learner_slots() does: the same servers, in the same order, the same counts."""
+    arr = np.array(free_gpus)
+    zeros = np.zeros_like(arr)
+    ledger = FreeLedger(arr, zeros, zeros)
+    job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0), 0.0)
+    free = cast(FreeCapacity, SimpleNamespace(gpus=arr, cpus=zeros, mem=zeros))  # what the two read of it
+    every = np.ones(arr.size, dtype=bool)
+    assert spanning_by_buckets(ledger.buckets, learners, gpus) == best_spanning([every], learner_slots(job, free),
+                                                                               learners, free, gpus)

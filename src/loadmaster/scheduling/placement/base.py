@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
@@ -234,6 +235,52 @@ def best_spanning(groups: Iterable[npt.NDArray[np.bool_]], slots_all: npt.NDArra
         if best is None or key < best[0]:
             best = (key, nodes, counts)
     return None if best is None else (best[1], best[2])
+
+
+def spanning_by_buckets(buckets: Mapping[float, list[int]], learners: int, gpus_per_learner: int
+                        ) -> tuple[list[int], list[int]] | None:
+    """best_spanning([every node], learner_slots(job, free), learners, free, gpus_per_learner) for a job that
+    asks GPUs alone (gpus_per_learner > 0, no CPUs, no memory), from free-GPU buckets (FreeCapacity.buckets:
+    counts in rising order, servers in server order) instead of NumPy passes over every server (a
+    multi-server gang cost ~50 us of them, a third in float floor division): the servers of one slot count
+    are those of a few buckets. The same answer: fewest_servers()'s fullest-first greedy (most slots, lowest
+    index on ties), then its last server swapped for the unused one with the fewest slots that still takes
+    its learners (lowest index on ties). None if the servers cannot hold the gang."""
+    # Slots per bucket as demand_slots() counts them per server (a float floor division of free + 1e-6).
+    by_slots: dict[int, list[list[int]]] = {}
+    room = 0
+    for level, servers in buckets.items():
+        k = int((level + 1e-6) // gpus_per_learner)
+        if k > 0:
+            by_slots.setdefault(k, []).append(servers)
+            room += len(servers) * min(k, learners)
+    if room < learners:
+        return None
+    nodes: list[int] = []
+    counts: list[int] = []
+    remaining = learners
+    for k in sorted(by_slots, reverse=True):
+        lists = by_slots[k]
+        for node in lists[0] if len(lists) == 1 else heapq.merge(*lists):
+            take = min(k, remaining)
+            nodes.append(node)
+            counts.append(take)
+            remaining -= take
+            if not remaining:
+                break
+        if not remaining:
+            break
+    need = counts[-1]
+    used = set(nodes[:-1])
+    for k in sorted(by_slots):
+        if k < need:
+            continue
+        firsts = [next(n for n in servers if n not in used) for servers in by_slots[k]
+                  if not used.issuperset(servers)]
+        if firsts:  # the last server itself qualifies: found at its slot count at the latest
+            nodes[-1] = min(firsts)
+            break
+    return nodes, counts
 
 
 def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = None

@@ -16,6 +16,7 @@ from loadmaster.scheduling.placement.base import (
     failure_reason,
     learner_slots,
     make_allocation,
+    spanning_by_buckets,
     tightest_by_buckets,
     tightest_node,
     type_groups,
@@ -52,5 +53,11 @@ class PackPlacer(Placer):
         if node is not None:
             return make_allocation(job, [node], [learners])
         groups = [mask] if mask is not None else type_groups(snap, job)
-        found = best_spanning(groups, learner_slots(job, free), learners, free, job.spec.gpus_per_learner)
+        s = job.spec
+        if (buckets is not None and len(groups) == 1 and groups[0] is snap.cluster.all_nodes_mask
+                and s.gpus_per_learner > 0 and not (s.cpus_per_learner or s.mem_gb_per_learner)):
+            # Every server, GPUs alone, the free arrays as the buckets describe them: from the buckets.
+            found = spanning_by_buckets(buckets, learners, s.gpus_per_learner)
+        else:
+            found = best_spanning(groups, learner_slots(job, free), learners, free, s.gpus_per_learner)
         return None if found is None else make_allocation(job, *found)
