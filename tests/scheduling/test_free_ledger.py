@@ -18,6 +18,7 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
     best_spanning,
+    failure_reason,
     learner_slots,
     spanning_by_buckets,
     tightest_by_buckets,
@@ -162,3 +163,18 @@ def test_the_spanning_placement_from_buckets_is_the_scanned_one(free_gpus: list[
     every = np.ones(arr.size, dtype=bool)
     assert spanning_by_buckets(ledger.buckets, learners, gpus) == best_spanning([every], learner_slots(job, free),
                                                                                learners, free, gpus)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snap=snapshots(), learners=st.integers(1, 6), gpus=st.integers(1, 8), cpus=st.sampled_from([0.0, 6.0, 40.0]))
+def test_a_failure_reason_from_buckets_is_the_scanned_one(snap: Snapshot, learners: int, gpus: int,
+                                                           cpus: float) -> None:
+    """failure_reason() counts the learners every server takes from the free-GPU buckets where the snapshot has
+    them: the same reason as from the arrays."""
+    ledger = FreeLedger(snap.free_gpus, snap.free_cpus, snap.free_mem)
+    with_buckets = Snapshot.build(snap.clock, snap.cluster, snap.free_gpus, snap.free_cpus, snap.free_mem,
+                                  snap.queued, snap.running, snap.tenants, free_totals=ledger.totals(),
+                                  free_buckets=ledger.buckets)
+    job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0, cpus_per_learner=cpus), 0.0)
+    assert (failure_reason(job, learners, FreeCapacity(with_buckets), with_buckets)
+            == failure_reason(job, learners, FreeCapacity(snap), snap))

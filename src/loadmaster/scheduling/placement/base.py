@@ -116,11 +116,17 @@ def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
 
 def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
     """Classify a failed placement: not enough GPUs at all, the wrong shape, or CPUs/memory short."""
-    need = learners * job.spec.gpus_per_learner
-    if need > free.total_gpus + 1e-9:
+    g = job.spec.gpus_per_learner
+    if learners * g > free.total_gpus + 1e-9:
         return WaitReason.NO_CAPACITY
+    groups = type_groups(snap, job)
+    buckets = free.buckets
+    if buckets is not None and g > 0 and len(groups) == 1 and groups[0] is snap.cluster.all_nodes_mask:
+        # Every server: the learners they take counting GPUs alone, per free-GPU bucket (the same counts).
+        room = sum(len(servers) * min(int((level + 1e-6) // g), learners) for level, servers in buckets.items())
+        return WaitReason.CPU_MEMORY if room >= learners else WaitReason.FRAGMENTATION
     gslots = np.minimum(gpu_only_slots(job, free), learners)
-    for mask in type_groups(snap, job):
+    for mask in groups:
         if int(gslots[mask].sum()) >= learners:
             return WaitReason.CPU_MEMORY
     return WaitReason.FRAGMENTATION
