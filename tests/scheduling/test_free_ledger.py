@@ -5,22 +5,17 @@ included)."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-from typing import cast
-
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import JobSpec
 from loadmaster.scheduling import Snapshot, decide, make_placer, make_policy
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
-    best_spanning,
     failure_reason,
-    learner_slots,
-    spanning_by_buckets,
     tightest_by_buckets,
     tightest_node,
     whole_gang_nodes,
@@ -149,20 +144,31 @@ def test_the_tightest_server_from_buckets_is_the_scanned_one(snap: Snapshot, lea
 
 
 @settings(max_examples=300, deadline=None)
-@given(free_gpus=st.lists(st.sampled_from([0.0, 1.0, 2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0]), min_size=1, max_size=40),
-       learners=st.integers(1, 12), gpus=st.integers(1, 8))
-def test_the_spanning_placement_from_buckets_is_the_scanned_one(free_gpus: list[float], learners: int,
-                                                                gpus: int) -> None:
-    """spanning_by_buckets() (pack's multi-server gang from the free-GPU buckets) answers as best_spanning()
-    over every server with learner_slots() does: the same servers, in the same order, the same counts."""
-    arr = np.array(free_gpus)
-    zeros = np.zeros_like(arr)
-    ledger = FreeLedger(arr, zeros, zeros)
+@given(servers=st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from(["a", "b", "c"]), st.integers(0, 8)),
+                        min_size=1, max_size=30),
+       grouped=st.booleans(), learners=st.integers(1, 12), gpus=st.integers(1, 8), prefer=st.booleans())
+def test_a_spanning_placement_from_buckets_is_the_scanned_one(servers: list[tuple[int, str, int]], grouped: bool,
+                                                              learners: int, gpus: int, prefer: bool) -> None:
+    """pack places a gang given the free-GPU buckets (its multi-server search and failure reasons counted from
+    them, per GPU type whose servers are consecutive) exactly as from the free arrays alone."""
+    if grouped:  # a machine list grouped by type (Philly's): each type's servers consecutive
+        servers = sorted(servers, key=lambda s: s[1])
+    clu = cluster_of(servers)
+    free_gpus = np.array([float(min(free, cap)) for cap, _, free in servers])
+    zeros = np.zeros_like(free_gpus)
+    ledger = FreeLedger(free_gpus, zeros, zeros)
+    plain = Snapshot.build(0.0, clu, free_gpus, zeros, zeros, (), ())
+    kept = Snapshot.build(0.0, clu, free_gpus, zeros, zeros, (), (), free_totals=ledger.totals(),
+                          free_buckets=ledger.buckets)
     job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0), 0.0)
-    free = cast(FreeCapacity, SimpleNamespace(gpus=arr, cpus=zeros, mem=zeros))  # what the two read of it
-    every = np.ones(arr.size, dtype=bool)
-    assert spanning_by_buckets(ledger.buckets, learners, gpus) == best_spanning([every], learner_slots(job, free),
-                                                                               learners, free, gpus)
+    order = list(reversed(clu.gpu_types)) if prefer else None
+    pack = make_placer("pack")
+    assert (pack.place(job, learners, FreeCapacity(kept), kept, order)
+            == pack.place(job, learners, FreeCapacity(plain), plain, order))
+
+
+def cluster_of(servers: list[tuple[int, str, int]]) -> Cluster:
+    return Cluster(tuple(Node(f"n{i}", cap, 0.0, 0.0, gpu_type=t) for i, (cap, t, _) in enumerate(servers)))
 
 
 @settings(max_examples=200, deadline=None)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import heapq
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
@@ -121,10 +122,13 @@ def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapsh
         return WaitReason.NO_CAPACITY
     groups = type_groups(snap, job)
     buckets = free.buckets
-    if buckets is not None and g > 0 and len(groups) == 1 and groups[0] is snap.cluster.all_nodes_mask:
-        # Every server: the learners they take counting GPUs alone, per free-GPU bucket (the same counts).
-        room = sum(len(servers) * min(int((level + 1e-6) // g), learners) for level, servers in buckets.items())
-        return WaitReason.CPU_MEMORY if room >= learners else WaitReason.FRAGMENTATION
+    ranges = None if buckets is None or g <= 0 else bucket_ranges(groups, snap)
+    if ranges is not None:
+        # Groups of consecutive servers: the learners they take counting GPUs alone, from the free-GPU buckets.
+        assert buckets is not None
+        if any(bucket_room(bucket_slots(buckets, g, a, b), learners) >= learners for a, b in ranges):
+            return WaitReason.CPU_MEMORY
+        return WaitReason.FRAGMENTATION
     gslots = np.minimum(gpu_only_slots(job, free), learners)
     for mask in groups:
         if int(gslots[mask].sum()) >= learners:
@@ -229,38 +233,78 @@ def best_spanning(groups: Iterable[npt.NDArray[np.bool_]], slots_all: npt.NDArra
 
     Each group is searched on its own nodes only, so many small groups (racks) cost little.
     """
+    return best_of((_spanning_in(group, slots_all, learners) for group in groups), learners, free, gpus_per_learner)
+
+
+def _spanning_in(group: npt.NDArray[np.bool_], slots_all: npt.NDArray[np.int64], learners: int
+                 ) -> tuple[list[int], list[int]] | None:
+    """fewest_servers() on the nodes of `group`, as node indices; None if they cannot hold the gang."""
+    idx = np.flatnonzero(group)
+    slots = slots_all[idx]
+    if int(np.minimum(slots, learners).sum()) < learners:
+        return None
+    pos, counts = fewest_servers(slots, learners)
+    return [int(idx[p]) for p in pos], counts
+
+
+def best_of(found: Iterable[tuple[list[int], list[int]] | None], learners: int, free: FreeCapacity,
+            gpus_per_learner: int) -> tuple[list[int], list[int]] | None:
+    """Of one multi-server placement per group (None: none there), best_spanning's pick: fewest servers, then
+    the fewest free GPUs left on them; the first wins ties."""
     best: tuple[tuple[int, float], list[int], list[int]] | None = None
-    for group in groups:
-        idx = np.flatnonzero(group)
-        slots = slots_all[idx]
-        if int(np.minimum(slots, learners).sum()) < learners:
+    for placed in found:
+        if placed is None:
             continue
-        pos, counts = fewest_servers(slots, learners)
-        nodes = [int(idx[p]) for p in pos]
+        nodes, counts = placed
         key = (len(nodes), float(free.gpus[nodes].sum()) - learners * gpus_per_learner)
         if best is None or key < best[0]:
             best = (key, nodes, counts)
     return None if best is None else (best[1], best[2])
 
 
-def spanning_by_buckets(buckets: Mapping[float, list[int]], learners: int, gpus_per_learner: int
-                        ) -> tuple[list[int], list[int]] | None:
-    """best_spanning([every node], learner_slots(job, free), learners, free, gpus_per_learner) for a job that
-    asks GPUs alone (gpus_per_learner > 0, no CPUs, no memory), from free-GPU buckets (FreeCapacity.buckets:
-    counts in rising order, servers in server order) instead of NumPy passes over every server (a
-    multi-server gang cost ~50 us of them, a third in float floor division): the servers of one slot count
-    are those of a few buckets. The same answer: fewest_servers()'s fullest-first greedy (most slots, lowest
-    index on ties), then its last server swapped for the unused one with the fewest slots that still takes
-    its learners (lowest index on ties). None if the servers cannot hold the gang."""
-    # Slots per bucket as demand_slots() counts them per server (a float floor division of free + 1e-6).
-    by_slots: dict[int, list[list[int]]] = {}
-    room = 0
+def bucket_slots(buckets: Mapping[float, list[int]], gpus_per_learner: int, first: int, end: int
+                 ) -> dict[int, list[list[int]]]:
+    """The servers first..end-1 by how many learners of `gpus_per_learner` GPUs (> 0) each takes counting GPUs
+    alone, from free-GPU buckets (FreeCapacity.buckets: counts in rising order, servers in server order): per
+    learner count > 0, the buckets' runs of those servers (each in server order). The counts are
+    demand_slots()'s: a float floor division of free + 1e-6."""
+    out: dict[int, list[list[int]]] = {}
     for level, servers in buckets.items():
         k = int((level + 1e-6) // gpus_per_learner)
         if k > 0:
-            by_slots.setdefault(k, []).append(servers)
-            room += len(servers) * min(k, learners)
-    if room < learners:
+            a = bisect_left(servers, first)
+            b = bisect_left(servers, end, a)
+            if a < b:
+                out.setdefault(k, []).append(servers[a:b] if b - a < len(servers) else servers)
+    return out
+
+
+def bucket_room(by_slots: dict[int, list[list[int]]], learners: int) -> int:
+    """How many of `learners` the servers of bucket_slots() hold in all, each at most all of them
+    (np.minimum(slots, learners).sum())."""
+    return sum(len(servers) * min(k, learners) for k, lists in by_slots.items() for servers in lists)
+
+
+def bucket_ranges(groups: Sequence[npt.NDArray[np.bool_]], snap: Snapshot) -> list[tuple[int, int]] | None:
+    """(first, end) of each of type_groups()'s masks, or None if one is not a run of consecutive servers
+    (Cluster.mask_ranges): the groups bucket_slots() can count."""
+    ranges = snap.cluster.mask_ranges
+    out = []
+    for mask in groups:
+        r = ranges.get(id(mask))
+        if r is None:
+            return None
+        out.append(r)
+    return out
+
+
+def spanning_by_buckets(by_slots: dict[int, list[list[int]]], learners: int) -> tuple[list[int], list[int]] | None:
+    """fewest_servers() over a group's servers from bucket_slots() (the same answer, without NumPy passes over
+    every server: a multi-server gang cost ~50 us of them, a third in float floor division): fullest first
+    (most slots, lowest index on ties), then the last server swapped for the unused one with the fewest slots
+    that still takes its learners (lowest index on ties). None if the servers cannot hold the gang
+    (best_spanning's test)."""
+    if bucket_room(by_slots, learners) < learners:
         return None
     nodes: list[int] = []
     counts: list[int] = []

@@ -12,7 +12,10 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
     Placer,
+    best_of,
     best_spanning,
+    bucket_ranges,
+    bucket_slots,
     failure_reason,
     learner_slots,
     make_allocation,
@@ -54,10 +57,15 @@ class PackPlacer(Placer):
             return make_allocation(job, [node], [learners])
         groups = [mask] if mask is not None else type_groups(snap, job)
         s = job.spec
-        if (buckets is not None and len(groups) == 1 and groups[0] is snap.cluster.all_nodes_mask
-                and s.gpus_per_learner > 0 and not (s.cpus_per_learner or s.mem_gb_per_learner)):
-            # Every server, GPUs alone, the free arrays as the buckets describe them: from the buckets.
-            found = spanning_by_buckets(buckets, learners, s.gpus_per_learner)
+        g = s.gpus_per_learner
+        ranges = (None if buckets is None or g <= 0 or s.cpus_per_learner or s.mem_gb_per_learner
+                  else bucket_ranges(groups, snap))
+        if ranges is not None:
+            # GPUs alone, groups of consecutive servers, the free arrays as the buckets describe them: each
+            # group's servers counted from the buckets.
+            assert buckets is not None
+            found = best_of((spanning_by_buckets(bucket_slots(buckets, g, a, b), learners) for a, b in ranges),
+                            learners, free, g)
         else:
-            found = best_spanning(groups, learner_slots(job, free), learners, free, s.gpus_per_learner)
+            found = best_spanning(groups, learner_slots(job, free), learners, free, g)
         return None if found is None else make_allocation(job, *found)
