@@ -137,11 +137,14 @@ class FreeLedger:
         if new is None:
             # A bucket comes (far less often than a server moves): the keys put in rising order again, in place
             # (snapshots hold this dict), so that a best-fit search walks them without sorting (buckets).
-            buckets[new_gpus] = [node]
             self._top = None
-            items = sorted(buckets.items())
-            buckets.clear()
-            buckets.update(items)
+            if buckets and new_gpus < next(reversed(buckets)):
+                buckets[new_gpus] = [node]
+                items = sorted(buckets.items())
+                buckets.clear()
+                buckets.update(items)
+            else:  # above every count: in order as it is
+                buckets[new_gpus] = [node]
         else:
             insort(new, node)
 
@@ -149,7 +152,7 @@ class FreeLedger:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
         top = self._top
         if top is None:
-            top = self._top = max(self._buckets) if self._buckets else 0.0
+            top = self._top = next(reversed(self._buckets)) if self._buckets else 0.0  # counts in rising order
         return self.gpus, self.cpus, self.mem, top
 
     @property
