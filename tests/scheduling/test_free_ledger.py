@@ -9,10 +9,17 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import JobSpec
 from loadmaster.scheduling import Snapshot, decide, make_placer, make_policy
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.placement.base import GAVE_UP, tightest_by_buckets, tightest_node, whole_gang_nodes
+from loadmaster.scheduling.placement.base import (
+    GAVE_UP,
+    failure_reason,
+    tightest_by_buckets,
+    tightest_node,
+    whole_gang_nodes,
+)
 from loadmaster.scheduling.snapshot import FreeLedger, JobView
 from tests.scheduling.test_invariants import snapshots
 
@@ -51,6 +58,7 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
         assert abs(tc - float(cpus.sum())) < 1e-9
         assert abs(tm - float(mem.sum())) < 1e-9
         assert {k: v for k, v in ledger.buckets.items()} == _buckets(gpus)
+        assert list(ledger.buckets) == sorted(ledger.buckets)  # the counts in rising order (tightest_by_buckets)
 
 
 @settings(max_examples=150, deadline=None)
@@ -133,3 +141,46 @@ def test_the_tightest_server_from_buckets_is_the_scanned_one(snap: Snapshot, lea
     if free.gpus.size <= 64:  # it turns down at most 64 servers before leaving it to the scan
         assert found != GAVE_UP
     assert found == GAVE_UP or found == tightest_node(whole, free)
+
+
+@settings(max_examples=300, deadline=None)
+@given(servers=st.lists(st.tuples(st.sampled_from([2, 4, 8]), st.sampled_from(["a", "b", "c"]), st.integers(0, 8)),
+                        min_size=1, max_size=30),
+       grouped=st.booleans(), learners=st.integers(1, 12), gpus=st.integers(1, 8), prefer=st.booleans())
+def test_a_spanning_placement_from_buckets_is_the_scanned_one(servers: list[tuple[int, str, int]], grouped: bool,
+                                                              learners: int, gpus: int, prefer: bool) -> None:
+    """pack places a gang given the free-GPU buckets (its multi-server search and failure reasons counted from
+    them, per GPU type whose servers are consecutive) exactly as from the free arrays alone."""
+    if grouped:  # a machine list grouped by type (Philly's): each type's servers consecutive
+        servers = sorted(servers, key=lambda s: s[1])
+    clu = cluster_of(servers)
+    free_gpus = np.array([float(min(free, cap)) for cap, _, free in servers])
+    zeros = np.zeros_like(free_gpus)
+    ledger = FreeLedger(free_gpus, zeros, zeros)
+    plain = Snapshot.build(0.0, clu, free_gpus, zeros, zeros, (), ())
+    kept = Snapshot.build(0.0, clu, free_gpus, zeros, zeros, (), (), free_totals=ledger.totals(),
+                          free_buckets=ledger.buckets)
+    job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0), 0.0)
+    order = list(reversed(clu.gpu_types)) if prefer else None
+    pack = make_placer("pack")
+    assert (pack.place(job, learners, FreeCapacity(kept), kept, order)
+            == pack.place(job, learners, FreeCapacity(plain), plain, order))
+
+
+def cluster_of(servers: list[tuple[int, str, int]]) -> Cluster:
+    return Cluster(tuple(Node(f"n{i}", cap, 0.0, 0.0, gpu_type=t) for i, (cap, t, _) in enumerate(servers)))
+
+
+@settings(max_examples=200, deadline=None)
+@given(snap=snapshots(), learners=st.integers(1, 6), gpus=st.integers(1, 8), cpus=st.sampled_from([0.0, 6.0, 40.0]))
+def test_a_failure_reason_from_buckets_is_the_scanned_one(snap: Snapshot, learners: int, gpus: int,
+                                                           cpus: float) -> None:
+    """failure_reason() counts the learners every server takes from the free-GPU buckets where the snapshot has
+    them: the same reason as from the arrays."""
+    ledger = FreeLedger(snap.free_gpus, snap.free_cpus, snap.free_mem)
+    with_buckets = Snapshot.build(snap.clock, snap.cluster, snap.free_gpus, snap.free_cpus, snap.free_mem,
+                                  snap.queued, snap.running, snap.tenants, free_totals=ledger.totals(),
+                                  free_buckets=ledger.buckets)
+    job = JobView(JobSpec("j", "t", 0.0, learners, gpus, 10.0, cpus_per_learner=cpus), 0.0)
+    assert (failure_reason(job, learners, FreeCapacity(with_buckets), with_buckets)
+            == failure_reason(job, learners, FreeCapacity(snap), snap))

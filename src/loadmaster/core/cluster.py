@@ -95,6 +95,18 @@ class Cluster:
         return np.ones(len(self.nodes), dtype=bool)
 
     @cached_property
+    def mask_ranges(self) -> dict[int, tuple[int, int]]:
+        """id(mask) -> (first, end) for all_nodes_mask and each of type_masks whose nodes are one run of
+        consecutive indices (a machine list grouped by type): placers that hold free-GPU buckets in server
+        order find a type's servers in a bucket by bisection."""
+        out = {}
+        for mask in (self.all_nodes_mask, *(m for _, m in self.type_masks)):
+            idx = np.flatnonzero(mask)
+            if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
+                out[id(mask)] = (int(idx[0]), int(idx[-1]) + 1)
+        return out
+
+    @cached_property
     def fit_cache(self) -> dict[tuple[int, int, float, float, tuple[str, ...]], str | None]:
         """Memo for scheduling.feasibility: whether a job shape can ever run here (the cluster is immutable)."""
         return {}

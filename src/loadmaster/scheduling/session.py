@@ -263,7 +263,7 @@ class Session:
             if alloc is None:
                 return None
             del self._pending[job_id]
-            return Plan(starts=(Start(job_id, alloc),))
+            return Plan((Start(job_id, alloc),))  # starts, by position (one plan per lone start)
         rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
         if rnd.why_never(view):
             return None

@@ -104,7 +104,7 @@ class FreeLedger:
         buckets: dict[float, list[int]] = {}
         for node, g in enumerate(gpus.tolist()):
             buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
-        self._buckets = buckets
+        self._buckets = dict(sorted(buckets.items()))  # in rising free-GPU count (buckets)
         self._top = None
 
     def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
@@ -135,8 +135,16 @@ class FreeLedger:
             del old[bisect_left(old, node)]
         new = buckets.get(new_gpus)
         if new is None:
-            buckets[new_gpus] = [node]
+            # A bucket comes (far less often than a server moves): the keys put in rising order again, in place
+            # (snapshots hold this dict), so that a best-fit search walks them without sorting (buckets).
             self._top = None
+            if buckets and new_gpus < next(reversed(buckets)):
+                buckets[new_gpus] = [node]
+                items = sorted(buckets.items())
+                buckets.clear()
+                buckets.update(items)
+            else:  # above every count: in order as it is
+                buckets[new_gpus] = [node]
         else:
             insort(new, node)
 
@@ -144,13 +152,14 @@ class FreeLedger:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
         top = self._top
         if top is None:
-            top = self._top = max(self._buckets) if self._buckets else 0.0
+            top = self._top = next(reversed(self._buckets)) if self._buckets else 0.0  # counts in rising order
         return self.gpus, self.cpus, self.mem, top
 
     @property
     def buckets(self) -> Mapping[float, list[int]]:
-        """Free-GPU count -> the servers with that many free, in server order (build's free_buckets). The
-        shell's own: it changes as the ledger does, so a snapshot given it must be done with before then."""
+        """Free-GPU count -> the servers with that many free, in server order (build's free_buckets); the counts
+        in rising order. The shell's own: it changes as the ledger does, so a snapshot given it must be done
+        with before then."""
         return self._buckets
 
 
@@ -271,7 +280,8 @@ class Snapshot:
     queued: Sequence[JobView]  # a tuple, or a LazyJobs a Session-keeping shell passes
     tenants: Mapping[str, TenantQuota]
     tenant_gpus: Mapping[str, int]  # GPUs each tenant's running jobs hold (derived from `running`)
-    # Free-GPU count -> servers with that many free, in server order, where the shell keeps them (FreeLedger).
+    # Free-GPU count -> servers with that many free, in server order, the counts in rising order, where the
+    # shell keeps them (FreeLedger).
     free_buckets: Mapping[float, list[int]] | None = None
 
     @cached_property
@@ -358,8 +368,9 @@ class Snapshot:
         `running` may be a provider, called at most once, on first use (then tenant_gpus must be given).
         free_totals: the free arrays' sums and largest free-GPU count, kept by a shell as it changes them
         (FreeLedger), so that no decision sums 500 servers again; they must agree with the arrays.
-        free_buckets: the servers at each free-GPU count, in server order (FreeLedger.buckets), for placers
-        that look for the tightest server; it must agree with free_gpus and not change while decide() runs.
+        free_buckets: the servers at each free-GPU count, in server order, the counts in rising order
+        (FreeLedger.buckets), for placers that look for the tightest server; it must agree with free_gpus and
+        not change while decide() runs.
         """
         if tenant_gpus is None:
             if callable(running):

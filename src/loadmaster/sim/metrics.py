@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import csv
+import itertools
 import math
 import re
 from collections import Counter
@@ -196,9 +197,13 @@ JOB_COLUMNS = (
 
 def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
     """One row per job, as csv.writer writes it. Written for speed (117,000 rows cost about a second through
-    the record's properties, delay_classes() and csv.writer): the same values worked out inline and each
-    row joined by hand; a row whose text needs quoting goes through csv.writer."""
+    the record's properties, delay_classes() and csv.writer): the same values worked out inline, and each
+    row made by one %-format of a template (_row_formats(): one C call formats every number of the row,
+    f"{x:.6g}" each); a row whose text needs quoting goes through csv.writer."""
     status_text = {s: s.value for s in JobStatus}  # an enum's .value is a descriptor call per row
+    # Per pattern of absent times (not started, not finished, no rho): the columns' formats and their template.
+    formats = {absent: _row_formats(*absent) for absent in itertools.product((False, True), repeat=3)}
+    templates = {absent: ",".join(fmts) for absent, fmts in formats.items()}
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
         w.writerow(JOB_COLUMNS)
@@ -217,22 +222,15 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
                 fair = frag = cap = waited = 0.0
             jct = None if finish is None else finish - submit
             rho = None if jct is None or r.ideal_s <= 0 else jct / r.ideal_s
-            # Formatting a float costs most of a row; most of a row's waits and failed GPU time are 0, written
-            # "0" without it (sums of positive numbers from 0.0: never -0.0, which formats as "-0").
-            failed = r.gpu_s_failed / 3600
-            delay = None if first is None else first - submit
-            row = [
-                s.job_id, s.tenant, s.user, s.model, f"{submit:.6g}", str(s.learners),
-                str(s.learners * s.gpus_per_learner), f"{s.duration_s:.6g}", status_text[r.status],
-                "" if first is None else f"{first:.6g}", "" if finish is None else f"{finish:.6g}",
-                "" if jct is None else f"{jct:.6g}", "" if delay is None else "0" if delay == 0 else f"{delay:.6g}",
-                "0" if waited == 0 else f"{waited:.6g}", "0" if fair == 0 else f"{fair:.6g}",
-                "0" if frag == 0 else f"{frag:.6g}", "0" if cap == 0 else f"{cap:.6g}", r.last_wait_reason,
-                str(r.attempts_run), str(r.preemptions), str(r.resizes), f"{r.gpu_s / 3600:.6g}",
-                "0" if failed == 0 else f"{failed:.6g}", "" if rho is None else f"{rho:.6g}",
-                ";".join(r.failure_categories), r.reject_reason,
-            ]
-            line = ",".join(row)
+            absent = (first is None, jct is None, rho is None)
+            # An absent time is the empty text, written by its column's "%s".
+            values = (s.job_id, s.tenant, s.user, s.model, submit, s.learners, s.learners * s.gpus_per_learner,
+                      s.duration_s, status_text[r.status], "" if first is None else first,
+                      "" if finish is None else finish, "" if jct is None else jct,
+                      "" if first is None else first - submit, waited, fair, frag, cap, r.last_wait_reason,
+                      r.attempts_run, r.preemptions, r.resizes, r.gpu_s / 3600, r.gpu_s_failed / 3600,
+                      "" if rho is None else rho, ";".join(r.failure_categories), r.reject_reason)
+            line = templates[absent] % values
             if line.count(",") == _SEPARATORS and _QUOTED.search(line) is None:
                 batch.append(line)
                 if len(batch) == _BATCH:
@@ -242,9 +240,19 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
                 if batch:
                     f.write("\r\n".join(batch) + "\r\n")
                     batch.clear()
-                w.writerow(row)
+                w.writerow([fmt % v for fmt, v in zip(formats[absent], values, strict=True)])
         if batch:
             f.write("\r\n".join(batch) + "\r\n")
+
+
+def _row_formats(not_started: bool, not_finished: bool, no_rho: bool) -> tuple[str, ...]:
+    """Each jobs.csv column's %-format: text as it is, counts as whole numbers, times and amounts as
+    f"{x:.6g}" writes them ("%.6g", the same digits); "%s" for the times a row lacks (given as "")."""
+    started = "%s" if not_started else "%.6g"
+    finished = "%s" if not_finished else "%.6g"
+    return ("%s", "%s", "%s", "%s", "%.6g", "%d", "%d", "%.6g", "%s", started, finished, finished, started,
+            "%.6g", "%.6g", "%.6g", "%.6g", "%s", "%d", "%d", "%d", "%.6g", "%.6g", "%s" if no_rho else "%.6g",
+            "%s", "%s")
 
 
 # What makes csv.writer (QUOTE_MINIMAL) quote a field: a quote or a line break in it, or a comma (then the

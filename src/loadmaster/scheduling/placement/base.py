@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import heapq
 from abc import ABC, abstractmethod
+from bisect import bisect_left
 from collections.abc import Iterable, Mapping, Sequence
 from typing import ClassVar
 
@@ -115,11 +117,20 @@ def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
 
 def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
     """Classify a failed placement: not enough GPUs at all, the wrong shape, or CPUs/memory short."""
-    need = learners * job.spec.gpus_per_learner
-    if need > free.total_gpus + 1e-9:
+    g = job.spec.gpus_per_learner
+    if learners * g > free.total_gpus + 1e-9:
         return WaitReason.NO_CAPACITY
+    groups = type_groups(snap, job)
+    buckets = free.buckets
+    ranges = None if buckets is None or g <= 0 else bucket_ranges(groups, snap)
+    if ranges is not None:
+        # Groups of consecutive servers: the learners they take counting GPUs alone, from the free-GPU buckets.
+        assert buckets is not None
+        if any(bucket_room(bucket_slots(buckets, g, a, b), learners) >= learners for a, b in ranges):
+            return WaitReason.CPU_MEMORY
+        return WaitReason.FRAGMENTATION
     gslots = np.minimum(gpu_only_slots(job, free), learners)
-    for mask in type_groups(snap, job):
+    for mask in groups:
         if int(gslots[mask].sum()) >= learners:
             return WaitReason.CPU_MEMORY
     return WaitReason.FRAGMENTATION
@@ -175,7 +186,7 @@ def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learne
     need_m = learners * m - 1e-6
     cpus, mem = free.cpus, free.mem
     left = _BUCKET_VISITS
-    for level in sorted(buckets):
+    for level in buckets:  # in rising order (Snapshot.free_buckets)
         if level < need_g:
             continue
         for node in buckets[level]:
@@ -222,18 +233,104 @@ def best_spanning(groups: Iterable[npt.NDArray[np.bool_]], slots_all: npt.NDArra
 
     Each group is searched on its own nodes only, so many small groups (racks) cost little.
     """
+    return best_of((_spanning_in(group, slots_all, learners) for group in groups), learners, free, gpus_per_learner)
+
+
+def _spanning_in(group: npt.NDArray[np.bool_], slots_all: npt.NDArray[np.int64], learners: int
+                 ) -> tuple[list[int], list[int]] | None:
+    """fewest_servers() on the nodes of `group`, as node indices; None if they cannot hold the gang."""
+    idx = np.flatnonzero(group)
+    slots = slots_all[idx]
+    if int(np.minimum(slots, learners).sum()) < learners:
+        return None
+    pos, counts = fewest_servers(slots, learners)
+    return [int(idx[p]) for p in pos], counts
+
+
+def best_of(found: Iterable[tuple[list[int], list[int]] | None], learners: int, free: FreeCapacity,
+            gpus_per_learner: int) -> tuple[list[int], list[int]] | None:
+    """Of one multi-server placement per group (None: none there), best_spanning's pick: fewest servers, then
+    the fewest free GPUs left on them; the first wins ties."""
     best: tuple[tuple[int, float], list[int], list[int]] | None = None
-    for group in groups:
-        idx = np.flatnonzero(group)
-        slots = slots_all[idx]
-        if int(np.minimum(slots, learners).sum()) < learners:
+    for placed in found:
+        if placed is None:
             continue
-        pos, counts = fewest_servers(slots, learners)
-        nodes = [int(idx[p]) for p in pos]
+        nodes, counts = placed
         key = (len(nodes), float(free.gpus[nodes].sum()) - learners * gpus_per_learner)
         if best is None or key < best[0]:
             best = (key, nodes, counts)
     return None if best is None else (best[1], best[2])
+
+
+def bucket_slots(buckets: Mapping[float, list[int]], gpus_per_learner: int, first: int, end: int
+                 ) -> dict[int, list[list[int]]]:
+    """The servers first..end-1 by how many learners of `gpus_per_learner` GPUs (> 0) each takes counting GPUs
+    alone, from free-GPU buckets (FreeCapacity.buckets: counts in rising order, servers in server order): per
+    learner count > 0, the buckets' runs of those servers (each in server order). The counts are
+    demand_slots()'s: a float floor division of free + 1e-6."""
+    out: dict[int, list[list[int]]] = {}
+    for level, servers in buckets.items():
+        k = int((level + 1e-6) // gpus_per_learner)
+        if k > 0:
+            a = bisect_left(servers, first)
+            b = bisect_left(servers, end, a)
+            if a < b:
+                out.setdefault(k, []).append(servers[a:b] if b - a < len(servers) else servers)
+    return out
+
+
+def bucket_room(by_slots: dict[int, list[list[int]]], learners: int) -> int:
+    """How many of `learners` the servers of bucket_slots() hold in all, each at most all of them
+    (np.minimum(slots, learners).sum())."""
+    return sum(len(servers) * min(k, learners) for k, lists in by_slots.items() for servers in lists)
+
+
+def bucket_ranges(groups: Sequence[npt.NDArray[np.bool_]], snap: Snapshot) -> list[tuple[int, int]] | None:
+    """(first, end) of each of type_groups()'s masks, or None if one is not a run of consecutive servers
+    (Cluster.mask_ranges): the groups bucket_slots() can count."""
+    ranges = snap.cluster.mask_ranges
+    out = []
+    for mask in groups:
+        r = ranges.get(id(mask))
+        if r is None:
+            return None
+        out.append(r)
+    return out
+
+
+def spanning_by_buckets(by_slots: dict[int, list[list[int]]], learners: int) -> tuple[list[int], list[int]] | None:
+    """fewest_servers() over a group's servers from bucket_slots() (the same answer, without NumPy passes over
+    every server: a multi-server gang cost ~50 us of them, a third in float floor division): fullest first
+    (most slots, lowest index on ties), then the last server swapped for the unused one with the fewest slots
+    that still takes its learners (lowest index on ties). None if the servers cannot hold the gang
+    (best_spanning's test)."""
+    if bucket_room(by_slots, learners) < learners:
+        return None
+    nodes: list[int] = []
+    counts: list[int] = []
+    remaining = learners
+    for k in sorted(by_slots, reverse=True):
+        lists = by_slots[k]
+        for node in lists[0] if len(lists) == 1 else heapq.merge(*lists):
+            take = min(k, remaining)
+            nodes.append(node)
+            counts.append(take)
+            remaining -= take
+            if not remaining:
+                break
+        if not remaining:
+            break
+    need = counts[-1]
+    used = set(nodes[:-1])
+    for k in sorted(by_slots):
+        if k < need:
+            continue
+        firsts = [next(n for n in servers if n not in used) for servers in by_slots[k]
+                  if not used.issuperset(servers)]
+        if firsts:  # the last server itself qualifies: found at its slot count at the latest
+            nodes[-1] = min(firsts)
+            break
+    return nodes, counts
 
 
 def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = None

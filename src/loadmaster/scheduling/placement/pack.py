@@ -12,10 +12,14 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
     Placer,
+    best_of,
     best_spanning,
+    bucket_ranges,
+    bucket_slots,
     failure_reason,
     learner_slots,
     make_allocation,
+    spanning_by_buckets,
     tightest_by_buckets,
     tightest_node,
     type_groups,
@@ -52,5 +56,16 @@ class PackPlacer(Placer):
         if node is not None:
             return make_allocation(job, [node], [learners])
         groups = [mask] if mask is not None else type_groups(snap, job)
-        found = best_spanning(groups, learner_slots(job, free), learners, free, job.spec.gpus_per_learner)
+        s = job.spec
+        g = s.gpus_per_learner
+        ranges = (None if buckets is None or g <= 0 or s.cpus_per_learner or s.mem_gb_per_learner
+                  else bucket_ranges(groups, snap))
+        if ranges is not None:
+            # GPUs alone, groups of consecutive servers, the free arrays as the buckets describe them: each
+            # group's servers counted from the buckets.
+            assert buckets is not None
+            found = best_of((spanning_by_buckets(bucket_slots(buckets, g, a, b), learners) for a, b in ranges),
+                            learners, free, g)
+        else:
+            found = best_spanning(groups, learner_slots(job, free), learners, free, g)
         return None if found is None else make_allocation(job, *found)
