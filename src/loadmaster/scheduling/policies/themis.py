@@ -120,8 +120,9 @@ class _ClusterFacts:
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
 _ANY_TYPE: _Bid = (None, 1.0)  # the bid of a job to which every GPU type is worth the same
-# _Round._rank_short's entries: worst rho first; least remaining GPU-time first (each then submit time, id).
-_FIRST_THREE = itemgetter(0, 1, 2)
+# _Round._rank_short's entries: worst rho first (their own order); least remaining GPU-time first (each then
+# submit time, id); the id.
+_THIRD = itemgetter(2)
 _EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
@@ -237,6 +238,7 @@ class _Round:
         rho_of = self.rho
         bids = self.bids
         by_rho: list[tuple[float, float, str, float, JobView]] = []
+        mixed = False  # some job's bid is not _ANY_TYPE
         for j in queued:
             spec = j.spec
             job_id = spec.job_id
@@ -251,14 +253,18 @@ class _Round:
                 bids[job_id] = _ANY_TYPE
             else:
                 speed = max(self.bid(j)[1], _TINY)
+                mixed = True
             slower = gpus / share if 0 < share < gpus else 1.0
             ideal = spec.duration_s * slower
             rho = ((clock - spec.submit_time_s) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
             rho_of[job_id] = rho
             by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
-        by_rho.sort(key=_FIRST_THREE)
+        self.uniform_bids = not mixed
+        # Ids are unique: plain tuple order is (-rho, submit, id)'s, without a key tuple per job (views are
+        # never compared).
+        by_rho.sort()
         k = self.policy.offer_count(len(by_rho))
-        self.offered = frozenset(e[2] for e in by_rho[:k])
+        self.offered = frozenset(map(_THIRD, by_rho[:k]))
         rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
         self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
         self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
@@ -383,19 +389,22 @@ class _Round:
             cutoff = clock - p.lease_s
             ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
             known = self._victim_rho
+            # Valued before in this snapshot (an earlier, narrower list; rho_if_preempted()): else no look-up.
+            get = known.get if known else None
+            narrow = min_gpus >= 0  # else no gang is narrow enough to skip
             entries = []
             for v in self.snap.running:
                 started = v.started_at
                 if started is not None and started > cutoff:
                     continue
                 spec = v.spec
-                if (spec.learners * spec.gpus_per_learner <= min_gpus
+                if (narrow and spec.learners * spec.gpus_per_learner <= min_gpus
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
                         and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
                 job_id = spec.job_id
-                victim_rho = known.get(job_id)
-                if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
+                victim_rho = None if get is None else get(job_id)
+                if victim_rho is None:
                     # _rho_if_preempted() written out (the same operations in the same order): a call per
                     # running job at almost every decision was a tenth of this loop.
                     rate = v.rate
@@ -451,7 +460,7 @@ class _Round:
                 nodes += alloc.learner_nodes
                 gpus += [alloc.gpus_per_learner] * len(alloc.learner_nodes)
             found = self._by_server[k] = np.bincount(nodes, gpus, minlength=len(self.snap.free_gpus)).astype(
-                np.float64)
+                np.float64, copy=False)  # float64 already with weights: no copy
         return found
 
     # -- bids ------------------------------------------------------------------------------------------
@@ -729,7 +738,10 @@ class ThemisPolicy(Policy):
         # rho bounds whom it may displace, but offered jobs are ranked by falling rho, so a later one of the
         # same shape may displace a subset of an earlier one's victims: if that one found no room, neither
         # does this one (decide's own memo of failed displacements relies on the same order).
-        rnd = self._round(snap)
+        # Asked of every queued job the walk does not answer by its size alone: _round() inlined, as in preemptor().
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap:
+            rnd = self._round(snap)
         known = rnd.classes.get(job.spec.job_id)
         return known if known is not None else (job.job_id in rnd.offered, rnd.bid(job)[0])
 
