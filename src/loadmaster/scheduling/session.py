@@ -86,6 +86,11 @@ class Session:
         self._ident = itertools.count()
         # Full mode: the reason each queued job was last given.
         self._reason: dict[str, WaitReason] = {}
+        # Full mode, after a decision that started, displaced, resized, moved and rejected nobody, while nothing
+        # joined or left the queue since: its snapshot, the running tuple and free totals it saw, and the
+        # policy's next_change_s() for it (None: not asked yet). See _decide_full.
+        self._unchanged: tuple[Snapshot, tuple[JobView, ...], tuple[float, ...], float | None] | None = None
+        self.repeated_decisions = 0  # decisions known to repeat that one (a figure for tests and benchmarks)
         # After a walk that started, displaced and rejected nothing: what its answers rest on (the running
         # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
         # (Policy.answers_hold_until); None when there is no such promise.
@@ -115,6 +120,7 @@ class Session:
     def add(self, view: JobView) -> None:
         """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
         job_id = view.job_id
+        self._unchanged = None
         old = self._jobs.get(job_id)
         if old is not None:
             self._count_tenant(old.spec.tenant, -1)
@@ -129,6 +135,7 @@ class Session:
     def remove(self, job_id: str) -> None:
         """A job left the queue (started, rejected or cancelled); unknown ids are ignored."""
         self._quiet = None
+        self._unchanged = None
         if self.incremental:
             # _detach(job_id) without the call where it has nothing to do: a job started alone
             # (_decide_alone) is neither pending nor classified any more.
@@ -152,6 +159,7 @@ class Session:
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""
         self._quiet = None
+        self._unchanged = None
         for job_id in list(self._entries):
             self._pending[job_id] = self._detach(job_id)
 
@@ -267,6 +275,33 @@ class Session:
         return out
 
     def _decide_full(self, snap: Snapshot) -> Plan:
+        if self._unchanged is not None and self._unchanged_holds(snap):
+            self.repeated_decisions += 1
+            return Plan()
+        plan = self._decide_full_plan(snap)
+        self._unchanged = None
+        if not (plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.migrations or self.migrate
+                or snap.running_elastic):
+            # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
+            self._unchanged = (snap, snap.running, _free_totals(snap), None)
+        return plan
+
+    def _unchanged_holds(self, snap: Snapshot) -> bool:
+        """Whether a decision on `snap` is known to repeat the last one (Session._unchanged), changing nothing:
+        the queue, the running jobs, the free capacity and the quotas are those it saw, and the clock is before
+        Policy.next_change_s() for it (what time alone changes; asked once, at the first such decision). The
+        reasons it gave are the ones known, so the repeat reports no Wait: an empty plan."""
+        assert self._unchanged is not None
+        last, running, free, until = self._unchanged
+        if not (snap.running is running and snap.cluster is last.cluster and snap.tenants is last.tenants
+                and _free_totals(snap) == free and not self.placer.time_dependent_key):
+            return False
+        if until is None:
+            until = self.policy.next_change_s(last, self.heads())
+            self._unchanged = (last, running, free, until)
+        return snap.clock < until
+
+    def _decide_full_plan(self, snap: Snapshot) -> Plan:
         plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None
         if plan is None:
             return decide_changes(snap, self.policy, self.placer, self.migrate, self._reason)

@@ -189,7 +189,7 @@ class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
     __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
-                 "classes", "clock", "facts", "moved", "offered", "policy", "ranked", "rho", "snap", "uniform_bids",
+                 "classes", "clock", "facts", "moved", "offered", "policy", "quiet", "ranked", "rho", "snap", "uniform_bids",
                  "valued", "walked")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
@@ -218,6 +218,7 @@ class _Round:
         # it asked about moving a running job (migration on), whose answers next_change_s does not follow.
         self.walked: set[str] = set()
         self.moved = False
+        self.quiet: float | None = None  # next_change_s's answer, once asked
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -731,7 +732,10 @@ class ThemisPolicy(Policy):
             # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
             # migrating running jobs (their rho, bids and checkpoints, which quiet_until does not follow).
             return snap.clock
-        return quiet_until(rnd)
+        if rnd.quiet is None:
+            # Asked by the shell after the decision and by a Session at a decision that repeats it: once.
+            rnd.quiet = quiet_until(rnd)
+        return rnd.quiet
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
