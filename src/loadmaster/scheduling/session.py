@@ -87,9 +87,9 @@ class Session:
         # Full mode: the reason each queued job was last given.
         self._reason: dict[str, WaitReason] = {}
         # Full mode, after a decision that started, displaced, resized, moved and rejected nobody, while nothing
-        # joined or left the queue since: its snapshot, the running tuple and free totals it saw, and the
-        # policy's next_change_s() for it (None: not asked yet). See _decide_full.
-        self._unchanged: tuple[Snapshot, tuple[JobView, ...], tuple[float, ...], float | None] | None = None
+        # joined or left the queue since: its snapshot, and the running tuple and free totals it saw (see
+        # _repeats).
+        self._unchanged: tuple[Snapshot, tuple[JobView, ...], tuple[float, ...]] | None = None
         self.repeated_decisions = 0  # decisions known to repeat that one (a figure for tests and benchmarks)
         # After a walk that started, displaced and rejected nothing: what its answers rest on (the running
         # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
@@ -275,31 +275,27 @@ class Session:
         return out
 
     def _decide_full(self, snap: Snapshot) -> Plan:
-        if self._unchanged is not None and self._unchanged_holds(snap):
+        if self._unchanged is not None and self._repeats(snap):
             self.repeated_decisions += 1
             return Plan()
         plan = self._decide_full_plan(snap)
         self._unchanged = None
         if not (plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.migrations or self.migrate
-                or snap.running_elastic):
+                or snap.running_elastic or self.placer.time_dependent_key):
             # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
-            self._unchanged = (snap, snap.running, _free_totals(snap), None)
+            self._unchanged = (snap, snap.running, _free_totals(snap))
         return plan
 
-    def _unchanged_holds(self, snap: Snapshot) -> bool:
-        """Whether a decision on `snap` is known to repeat the last one (Session._unchanged), changing nothing:
-        the queue, the running jobs, the free capacity and the quotas are those it saw, and the clock is before
-        Policy.next_change_s() for it (what time alone changes; asked once, at the first such decision). The
-        reasons it gave are the ones known, so the repeat reports no Wait: an empty plan."""
+    def _repeats(self, snap: Snapshot) -> bool:
+        """Whether a decision on `snap` is known to repeat the last one made (Session._unchanged), which acted
+        on nobody: the queue (nothing joined or left it), the running tuple, the free capacity and the quotas
+        are those it saw, only the clock is later, and the policy knows that time alone changes nothing
+        before it (Policy.repeats). Its reasons are the ones known, so the repeat reports no Wait: an empty
+        plan. A shell's stale event (a preempted attempt's end) or a round then costs no walk."""
         assert self._unchanged is not None
-        last, running, free, until = self._unchanged
-        if not (snap.running is running and snap.cluster is last.cluster and snap.tenants is last.tenants
-                and _free_totals(snap) == free and not self.placer.time_dependent_key):
-            return False
-        if until is None:
-            until = self.policy.next_change_s(last, self.heads())
-            self._unchanged = (last, running, free, until)
-        return snap.clock < until
+        last, running, free = self._unchanged
+        return (snap.running is running and snap.cluster is last.cluster and snap.tenants is last.tenants
+                and _free_totals(snap) == free and self.policy.repeats(last, snap))
 
     def _decide_full_plan(self, snap: Snapshot) -> Plan:
         plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None

@@ -188,9 +188,9 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
-                 "classes", "clock", "facts", "moved", "offered", "policy", "quiet", "ranked", "rho", "snap", "uniform_bids",
-                 "valued", "walked")
+    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "again",
+                 "bids", "classes", "clock", "facts", "moved", "offered", "policy", "quiet", "ranked", "rho", "snap",
+                 "uniform_bids", "valued", "walked")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -219,6 +219,7 @@ class _Round:
         self.walked: set[str] = set()
         self.moved = False
         self.quiet: float | None = None  # next_change_s's answer, once asked
+        self.again: Snapshot | None = None  # the last snapshot whose decision repeats this one's (repeats())
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -728,14 +729,23 @@ class ThemisPolicy(Policy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         # See themis_quiet.quiet_until for what time alone changes in a decision and why each bound holds.
         rnd = self._last
-        if rnd is None or rnd.snap is not snap or rnd.moved or not snap.queued:
-            # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
-            # migrating running jobs (their rho, bids and checkpoints, which quiet_until does not follow).
+        if rnd is None or (rnd.snap is not snap and rnd.again is not snap) or rnd.moved or not snap.queued:
+            # Not the round decide() just made on `snap` (what it walked is unknown) or one a Session found to
+            # repeat it (repeats()), or it asked about migrating running jobs (their rho, bids and checkpoints,
+            # which quiet_until does not follow).
             return snap.clock
         if rnd.quiet is None:
-            # Asked by the shell after the decision and by a Session at a decision that repeats it: once.
-            rnd.quiet = quiet_until(rnd)
+            rnd.quiet = quiet_until(rnd)  # kept for repeats()
         return rnd.quiet
+
+    def repeats(self, snap: Snapshot, again: Snapshot) -> bool:
+        # Only from an answer the shell asked for already: working one out costs about what a decision does,
+        # and most decisions that repeat one come before the next round, where the shell does not ask.
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap or rnd.quiet is None or not again.clock < rnd.quiet:
+            return False
+        rnd.again = again
+        return True
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
