@@ -295,7 +295,7 @@ class Session:
         assert self._unchanged is not None
         last, running, free = self._unchanged
         return (snap.running is running and snap.cluster is last.cluster and snap.tenants is last.tenants
-                and _free_totals(snap) == free and self.policy.repeats(last, snap))
+                and snap.clock >= last.clock and _free_totals(snap) == free and self.policy.repeats(last, snap))
 
     def _decide_full_plan(self, snap: Snapshot) -> Plan:
         plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None
