@@ -123,7 +123,8 @@ def shrink_to_minimum(job: JobView) -> Allocation | None:
 
 def _learners_room(gpus: npt.NDArray[np.float64], per_learner: float) -> int:
     """How many learners of `per_learner` GPUs servers with these free GPUs could hold at most."""
-    return int(((gpus + 1e-9) // per_learner).sum())
+    # np.add.reduce is what ndarray.sum() calls, without its Python wrapper (asked at most displacements).
+    return int(np.add.reduce((gpus + 1e-9) // per_learner))
 
 
 def _learners_room_for(gpus: npt.NDArray[np.float64], per_learner: float, snap: Snapshot, job: JobView,

@@ -86,13 +86,18 @@ class Session:
         self._ident = itertools.count()
         # Full mode: the reason each queued job was last given.
         self._reason: dict[str, WaitReason] = {}
+        # Full mode, after a decision that started, displaced, resized, moved and rejected nobody, while nothing
+        # joined or left the queue since: its snapshot, and the running tuple and free totals it saw (see
+        # _repeats_last).
+        self._unchanged: tuple[Snapshot, tuple[JobView, ...], tuple[float, ...]] | None = None
+        self.repeated_decisions = 0  # decisions known to repeat that one (a figure for tests and benchmarks)
         # After a walk that started, displaced and rejected nothing: what its answers rest on (the running
         # jobs, the cluster, the quotas, the free totals) and until when the policy says they hold
         # (Policy.answers_hold_until); None when there is no such promise.
         self._quiet: tuple[tuple[JobView, ...], object, object, tuple[float, ...], float] | None = None
         self.quiet_decisions = 0  # decisions made by _Walk.run_quiet (a figure for tests and benchmarks)
         self.promises = policy.promises_answers  # ever quiet at all
-        # Whether repeats() may ever answer True (the policy knows when its walk settles every class).
+        # Whether changes_nothing() may ever answer True (the policy knows when its walk settles every class).
         self.settles = self.incremental and type(policy).settles_every_class is not Policy.settles_every_class
         # The jobs Policy.marked_jobs() set apart at the last decision (their class depends on it).
         self.marks = policy.marks_jobs
@@ -119,6 +124,7 @@ class Session:
     def add(self, view: JobView) -> None:
         """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
         job_id = view.job_id
+        self._unchanged = None
         old = self._jobs.get(job_id)
         if old is not None:
             self._count_tenant(old.spec.tenant, -1)
@@ -133,6 +139,7 @@ class Session:
     def remove(self, job_id: str) -> None:
         """A job left the queue (started, rejected or cancelled); unknown ids are ignored."""
         self._quiet = None
+        self._unchanged = None
         if self.incremental:
             # _detach(job_id) without the call where it has nothing to do: a job started alone
             # (_decide_alone) is neither pending nor classified any more.
@@ -158,6 +165,7 @@ class Session:
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""
         self._quiet = None
+        self._unchanged = None
         for job_id in list(self._entries):
             self._pending[job_id] = self._detach(job_id)
 
@@ -205,7 +213,7 @@ class Session:
                 return plan
         return _Walk(self, snap).run()
 
-    def repeats(self, snap: Snapshot) -> bool:
+    def changes_nothing(self, snap: Snapshot) -> bool:
         """Would decide(snap) give an empty plan (no action and no Wait), known without deciding? True only
         where no job is pending (none new or requeued since the last decision), no job is due to be re-keyed,
         nothing may grow or move, and the policy settles every class without a visit
@@ -302,6 +310,30 @@ class Session:
         return out
 
     def _decide_full(self, snap: Snapshot) -> Plan:
+        if self._unchanged is not None and self._repeats_last(snap):
+            self.repeated_decisions += 1
+            return Plan()
+        plan = self._decide_full_plan(snap)
+        self._unchanged = None
+        if not (plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.migrations or self.migrate
+                or snap.running_elastic or self.placer.time_dependent_key):
+            # snap.running read now: a shell may provide it lazily, and later it would be a later tuple.
+            self._unchanged = (snap, snap.running, _free_totals(snap))
+        return plan
+
+    def _repeats_last(self, snap: Snapshot) -> bool:
+        """Whether a decision on `snap` is known to repeat the last one made (Session._unchanged), which acted
+        on nobody: the queue (nothing joined or left it), the running tuple, the free capacity and the quotas
+        are those it saw, only the clock is later, and the policy knows that time alone changes nothing
+        before it (Policy.unchanged_by_time). Its reasons are the ones known, so the repeat reports no Wait: an empty
+        plan. A shell's stale event (a preempted attempt's end) or a round then costs no walk."""
+        assert self._unchanged is not None
+        last, running, free = self._unchanged
+        return (snap.running is running and snap.cluster is last.cluster and snap.tenants is last.tenants
+                and snap.clock >= last.clock and _free_totals(snap) == free
+                and self.policy.unchanged_by_time(last, snap))
+
+    def _decide_full_plan(self, snap: Snapshot) -> Plan:
         plan = self._decide_one(snap) if len(self._jobs) == 1 and not self.migrate else None
         if plan is None:
             return decide_changes(snap, self.policy, self.placer, self.migrate, self._reason)

@@ -350,7 +350,7 @@ class _Run:
         right after it, at the same clock, would give that plan with the same reasons, i.e. no change
         (DRF on the 3,000-job overload made 1,322 such rounds, one real decision in nine). After any other
         plan the next round is made, unless the Session knows without deciding that a decision on the state
-        the plan left would change nothing, nor would any until an event (Session.repeats: DRF where every
+        the plan left would change nothing, nor would any until an event (Session.changes_nothing: DRF where every
         class is pruned, after 2,817 of the 3,573 plans that acted on the 3,000-job overload and were
         asked); the rounds before the Session's next_change_s() are then skipped."""
         if self.sim.placer.time_dependent_key:
@@ -359,7 +359,8 @@ class _Run:
             return -math.inf
         if plan.starts or plan.preempts or plan.resizes or plan.rejects or plan.migrations:
             session = self.session
-            if not session.settles or type(self).decide is not _Run.decide or not session.repeats(self.snapshot()):
+            if (not session.settles or type(self).decide is not _Run.decide
+                    or not session.changes_nothing(self.snapshot())):
                 return -math.inf  # (a subclass that decides without the Session: learner_at_a_time)
             return self.session.next_change_s()  # the policy's answers then hold until an event
         return min(self.session.next_change_s(), self.sim.policy.next_change_s(self.snap, self.session.heads()))

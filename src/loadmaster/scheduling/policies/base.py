@@ -195,6 +195,15 @@ class Policy(ABC):
         (order_until), not this hook's."""
         return snap.clock
 
+    def unchanged_by_time(self, snap: Snapshot, again: Snapshot) -> bool:
+        """Whether a decision on `again` would change nothing, where `again` differs from `snap`, the
+        snapshot of the decision just made (it started, displaced, resized, moved and rejected nobody), in
+        its clock alone (a Session's full mode checks the queue, the running jobs, the free capacity and the
+        quotas): known without working anything out, e.g. from a next_change_s() already asked for `snap`.
+        True also makes next_change_s(again) answer what it answered for `snap` (the shell asks it after the
+        decision on `again`). Default: False (the decision is made)."""
+        return False
+
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """After a decision on `snap` that started, displaced, resized, moved and rejected nobody, until when
         (clock, exclusive) every answer it gave a queued job stays the answer a decision would give, as long
@@ -230,7 +239,7 @@ class Policy(ABC):
         rejected): the answer it settles each class with, which time alone does not change (only an event: a
         job arrives, starts or ends, capacity or quotas change). None where that is not known (the default). A
         Session uses it to know that a decision on a snapshot would change nothing without making it, until an
-        event (Session.repeats)."""
+        event (Session.changes_nothing)."""
         return None
 
     def order_until(self, snap: Snapshot, job: JobView) -> float:

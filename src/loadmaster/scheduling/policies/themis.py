@@ -120,8 +120,9 @@ class _ClusterFacts:
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
 _ANY_TYPE: _Bid = (None, 1.0)  # the bid of a job to which every GPU type is worth the same
-# _Round._rank_short's entries: worst rho first; least remaining GPU-time first (each then submit time, id).
-_FIRST_THREE = itemgetter(0, 1, 2)
+# _Round._rank_short's entries: worst rho first (their own order); least remaining GPU-time first (each then
+# submit time, id); the id.
+_THIRD = itemgetter(2)
 _EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
@@ -187,9 +188,9 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "bids",
-                 "classes", "clock", "facts", "moved", "offered", "policy", "ranked", "rho", "snap", "uniform_bids",
-                 "valued", "walked")
+    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "again",
+                 "bids", "classes", "clock", "facts", "moved", "offered", "policy", "quiet", "ranked", "rho", "snap",
+                 "uniform_bids", "valued", "walked")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -217,6 +218,9 @@ class _Round:
         # it asked about moving a running job (migration on), whose answers next_change_s does not follow.
         self.walked: set[str] = set()
         self.moved = False
+        self.quiet: float | None = None  # next_change_s's answer, once asked
+        # The last snapshot whose decision repeats this one's (unchanged_by_time()).
+        self.again: Snapshot | None = None
         if len(queued) <= 1:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
@@ -237,6 +241,7 @@ class _Round:
         rho_of = self.rho
         bids = self.bids
         by_rho: list[tuple[float, float, str, float, JobView]] = []
+        mixed = False  # some job's bid is not _ANY_TYPE
         for j in queued:
             spec = j.spec
             job_id = spec.job_id
@@ -251,14 +256,18 @@ class _Round:
                 bids[job_id] = _ANY_TYPE
             else:
                 speed = max(self.bid(j)[1], _TINY)
+                mixed = True
             slower = gpus / share if 0 < share < gpus else 1.0
             ideal = spec.duration_s * slower
             rho = ((clock - spec.submit_time_s) + remaining / speed) / (_TINY if ideal < _TINY else ideal)
             rho_of[job_id] = rho
             by_rho.append((-rho, spec.submit_time_s, job_id, remaining * gpus, j))
-        by_rho.sort(key=_FIRST_THREE)
+        self.uniform_bids = not mixed
+        # Ids are unique: plain tuple order is (-rho, submit, id)'s, without a key tuple per job (views are
+        # never compared).
+        by_rho.sort()
         k = self.policy.offer_count(len(by_rho))
-        self.offered = frozenset(e[2] for e in by_rho[:k])
+        self.offered = frozenset(map(_THIRD, by_rho[:k]))
         rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
         self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
         self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
@@ -383,19 +392,22 @@ class _Round:
             cutoff = clock - p.lease_s
             ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
             known = self._victim_rho
+            # Valued before in this snapshot (an earlier, narrower list; rho_if_preempted()): else no look-up.
+            get = known.get if known else None
+            narrow = min_gpus >= 0  # else no gang is narrow enough to skip
             entries = []
             for v in self.snap.running:
                 started = v.started_at
                 if started is not None and started > cutoff:
                     continue
                 spec = v.spec
-                if (spec.learners * spec.gpus_per_learner <= min_gpus
+                if (narrow and spec.learners * spec.gpus_per_learner <= min_gpus
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
                         and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
                 job_id = spec.job_id
-                victim_rho = known.get(job_id)
-                if victim_rho is None:  # else valued by an earlier, narrower list of this snapshot
+                victim_rho = None if get is None else get(job_id)
+                if victim_rho is None:
                     # _rho_if_preempted() written out (the same operations in the same order): a call per
                     # running job at almost every decision was a tenth of this loop.
                     rate = v.rate
@@ -451,7 +463,7 @@ class _Round:
                 nodes += alloc.learner_nodes
                 gpus += [alloc.gpus_per_learner] * len(alloc.learner_nodes)
             found = self._by_server[k] = np.bincount(nodes, gpus, minlength=len(self.snap.free_gpus)).astype(
-                np.float64)
+                np.float64, copy=False)  # float64 already with weights: no copy
         return found
 
     # -- bids ------------------------------------------------------------------------------------------
@@ -718,18 +730,33 @@ class ThemisPolicy(Policy):
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         # See themis_quiet.quiet_until for what time alone changes in a decision and why each bound holds.
         rnd = self._last
-        if rnd is None or rnd.snap is not snap or rnd.moved or not snap.queued:
-            # Not the round decide() just made on `snap` (what it walked is unknown), or it asked about
-            # migrating running jobs (their rho, bids and checkpoints, which quiet_until does not follow).
+        if rnd is None or (rnd.snap is not snap and rnd.again is not snap) or rnd.moved or not snap.queued:
+            # Not the round decide() just made on `snap` (what it walked is unknown) or one a Session found to
+            # repeat it (unchanged_by_time()), or it asked about migrating running jobs (their rho, bids and
+            # checkpoints, which quiet_until does not follow).
             return snap.clock
-        return quiet_until(rnd)
+        if rnd.quiet is None:
+            rnd.quiet = quiet_until(rnd)  # kept for unchanged_by_time()
+        return rnd.quiet
+
+    def unchanged_by_time(self, snap: Snapshot, again: Snapshot) -> bool:
+        # Only from an answer the shell asked for already: working one out costs about what a decision does,
+        # and most decisions that repeat one come before the next round, where the shell does not ask.
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap or rnd.quiet is None or not again.clock < rnd.quiet:
+            return False
+        rnd.again = again
+        return True
 
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # The bid, and whether the job got the offer (jobs left out of it displace nobody). An offered job's
         # rho bounds whom it may displace, but offered jobs are ranked by falling rho, so a later one of the
         # same shape may displace a subset of an earlier one's victims: if that one found no room, neither
         # does this one (decide's own memo of failed displacements relies on the same order).
-        rnd = self._round(snap)
+        # Asked of every queued job the walk does not answer by its size alone: _round() inlined, as in preemptor().
+        rnd = self._last
+        if rnd is None or rnd.snap is not snap:
+            rnd = self._round(snap)
         known = rnd.classes.get(job.spec.job_id)
         return known if known is not None else (job.job_id in rnd.offered, rnd.bid(job)[0])
 
