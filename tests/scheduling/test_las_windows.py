@@ -80,12 +80,21 @@ def test_enough_at_gives_every_opening_where_the_open_windows_hold_enough(ws: li
     opens = np.array([float(o) if j else -math.inf for o, _, _, j in ws])
     closes = np.array([float(o + d) for o, d, _, _ in ws])
     gpus = np.array([float(g) for _, _, g, _ in ws])
-    found = enough_at(opens, closes, gpus, float(deficit))
+    found, until = enough_at(opens, closes, gpus, float(deficit))
     assert list(found) == sorted(found)
+    counted = [(o, d, g, j) for o, d, g, j in ws if not j or d >= 0]
 
     def held(t: float) -> float:  # a window that has not joined is open now: it counts until it closes
-        return sum(g for (o, d, g, j) in ws if (not j or (d >= 0 and o <= t)) and t <= o + d)
+        return sum(g for (o, d, g, j) in counted if (not j or o <= t) and t <= o + d)
 
-    expected = sorted({float(o) for o, d, _, j in ws if j and d >= 0 and held(float(o)) >= deficit})
+    expected = sorted({float(o) for o, d, _, j in counted if j and held(float(o)) >= deficit})
     assert sorted(set(found.tolist())) == expected
     assert math.inf not in found
+
+    def held_after(t: float) -> float:  # once every window closing at t has closed
+        return sum(g for (o, d, g, j) in counted if (not j or o <= t) and t < o + d)
+
+    # Each opening found holds until the first closing from it on after which the open windows fall short.
+    for o, u in zip(found.tolist(), until.tolist(), strict=True):
+        shorts = [float(c) for c in sorted({o_ + d for o_, d, _, _ in counted}) if c >= o and held_after(c) < deficit]
+        assert u == (shorts[0] if shorts else math.inf)

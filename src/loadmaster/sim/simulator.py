@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -356,7 +356,24 @@ class _Run:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
             # every round is made.
             return -math.inf
-        return min(self.session.next_change_s(), self.sim.policy.next_change_s(self.snap, self.session.heads()))
+        spans = self.sim.policy.next_change_spans(self.snap, self.session.heads())
+        return min(self.session.next_change_s(), self.first_round_within(spans))
+
+    def first_round_within(self, spans: Sequence[tuple[float, float]]) -> float:
+        """The first clock of a span (Policy.next_change_spans) that holds one of the rounds after this decision
+        (the run loop's: this clock + round_s, + round_s, ..., the same float sums): the rounds before it
+        fall between spans and change nothing (LAS: checkpoint windows that overlap for less than a round)."""
+        round_s = self.sim.policy.round_s
+        assert round_s
+        at = self.clock + round_s
+        for first, last in spans:
+            if last == math.inf or first == math.inf:
+                return first  # the first round at or after it is within it
+            while at < first:
+                at += round_s
+            if at <= last:
+                return first
+        return math.inf
 
     def quiet_rounds(self, at: float, round_s: float, limit: float) -> float:
         """Count the rounds at `at`, `at + round_s`, ... before `limit` (and not past until_s) as decisions

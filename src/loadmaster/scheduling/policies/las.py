@@ -79,6 +79,7 @@ DEFAULT_MAX_LOSS_S = 60.0
 # cost a little more per call and spare rounds where a gang waits for windows to open on enough GPUs at once.
 WINDOWS_FOLLOWED = 4
 _RANK_KEY = itemgetter(0, 1, 2)  # queue, submit time, job id
+_NEVER: Sequence[tuple[float, float]] = ((math.inf, math.inf),)  # next_change_spans(): nothing ever changes
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # victim_key() less its first element: minus queue, minus submit time, loss
 _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
@@ -164,11 +165,12 @@ class LasPolicy(KeyedPolicy):
         # keeps one tuple while its running jobs do not change, as the simulator does, pays for them once).
         self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
         # Per snapshot: the running jobs' work done at its clock, and which are displaceable then.
-        self._work: tuple[Snapshot, npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None = None
+        self._work: tuple[Snapshot, npt.NDArray[np.float64], npt.NDArray[np.bool_],
+                          npt.NDArray[np.float64]] | None = None
         # next_change_s's last answer: (running views, free GPUs, gangs by queue, clock, the clocks at which a
         # gang could start, horizon), reused while the first three stay the same.
         self._quiet: tuple[Sequence[JobView], float, tuple[tuple[int, float], ...], float,
-                           npt.NDArray[np.float64], float] | None = None
+                           npt.NDArray[np.float64], npt.NDArray[np.float64], float] | None = None
         # The windows _windows() follows past each job's next checkpoint, as a column (0, 1, ..).
         self._followed = np.arange(WINDOWS_FOLLOWED + 1.0)[:, None]
 
@@ -299,6 +301,12 @@ class LasPolicy(KeyedPolicy):
         closes max_loss_s of work later: a gang still short of GPUs with every job it may displace released
         cannot start before windows open at once on enough of them (windows.enough_at). The next
         WINDOWS_FOLLOWED windows of each job are followed; past them (the horizon) a round is made."""
+        return self.next_change_spans(snap, heads)[0][0]
+
+    def next_change_spans(self, snap: Snapshot, heads: Sequence[JobView]) -> Sequence[tuple[float, float]]:
+        """next_change_s()'s clock, and every later one, each with the clock until which the windows open from
+        it on hold enough GPUs (windows.enough_at's spans): a round after that and before the next opening
+        sees the windows short again, or only a subset of those a round at the opening would have seen."""
         last = len(self.thresholds)
         needs: dict[int, float] = {}  # queue -> the smallest gang of that queue that may displace others
         for h in heads:
@@ -308,32 +316,34 @@ class LasPolicy(KeyedPolicy):
                 gpus = float(spec.gpus_per_learner * (spec.min_learners or spec.learners))
                 needs[q] = min(needs.get(q, math.inf), gpus)
         if not needs or not snap.running:
-            return math.inf
+            return _NEVER
         clock = snap.clock
         free = float(snap.free_gpus.sum())
         facts = (snap.running, free, tuple(sorted(needs.items())))
         memo = self._quiet
-        if memo is not None and memo[0] is facts[0] and memo[1:3] == facts[1:] and memo[3] <= clock < memo[5]:
+        if memo is not None and memo[0] is facts[0] and memo[1:3] == facts[1:] and memo[3] <= clock < memo[6]:
             # The same running jobs, free GPUs and gangs as at an earlier clock before its horizon, and nothing
             # started in the rounds since: the clocks found then still hold, less those already passed (a
             # window whose rounded opening lies within rounding of this clock may not have opened yet: kept).
-            at, horizon = memo[4], memo[5]
+            at, until, horizon = memo[4], memo[5], memo[6]
             i = int(np.searchsorted(at, clock - abs(clock) * 4e-12 - 4e-9, side="right"))
-            return min(float(at[i]) if i < at.size else math.inf, horizon)
-        at, horizon = self._enough_at(snap, needs, free)
-        self._quiet = (*facts, clock, at, horizon)
-        return min(float(at[0]) if at.size else math.inf, horizon)
+        else:
+            at, until, horizon = self._enough_at(snap, needs, free)
+            self._quiet = (*facts, clock, at, until, horizon)
+            i = 0
+        return [*zip(at[i:].tolist(), until[i:].tolist(), strict=True), (horizon, math.inf)]
 
     def _enough_at(self, snap: Snapshot, needs: Mapping[int, float], free: float
-                   ) -> tuple[npt.NDArray[np.float64], float]:
+                   ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
         """The clocks before the horizon at which a waiting gang of `needs` could start by displacing jobs in
-        their windows (sorted), and the horizon (infinite when none ever could)."""
+        their windows (sorted), until when the windows open from each on hold enough (windows.enough_at),
+        and the horizon (infinite when none ever could)."""
         clock = snap.clock
         arrays, held, service, now = self._running_now(snap)
         opens, closes, later = self._windows(clock, arrays, self._work_mask(snap)[0], now)  # (windows, jobs)
         gpus = np.concatenate((held,) * opens.shape[0])  # of each window, in the order of opens.ravel()
         opened = np.isfinite(opens[0])
-        found = []
+        found: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
         horizon = math.inf
         for q, need in needs.items():
             below = service < self.thresholds[q]
@@ -352,9 +362,15 @@ class LasPolicy(KeyedPolicy):
             horizon = min(horizon, float(np.minimum.reduce(later[ever], initial=math.inf)))
             found.append(enough_at(start.ravel(), closes.ravel(), gpus, need - free))
         if not found:
-            return np.empty(0), horizon
-        at = found[0] if len(found) == 1 else np.sort(np.concatenate(found))  # each sorted already
-        return at[at < horizon], horizon
+            return np.empty(0), np.empty(0), horizon
+        if len(found) == 1:
+            at, until = found[0]  # sorted already
+        else:
+            at, until = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+            order = np.argsort(at, kind="stable")
+            at, until = at[order], until[order]
+        keep = at < horizon
+        return at[keep], until[keep], horizon
 
     def _windows(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64], now: npt.NDArray[np.bool_]
                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -420,10 +436,11 @@ class LasPolicy(KeyedPolicy):
         self._arrays = (running, arrays)
         return arrays
 
-    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """service() of every running job, with the same float operations (GPU-seconds held); `work`: each
-        one's work done at `clock`."""
-        return arrays.attained + arrays.held * np.maximum(0.0, clock - arrays.as_of)
+    def _services(self, arrays: _RunArrays, work: npt.NDArray[np.float64], since: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
+        """service() of every running job at a clock, with the same float operations (GPU-seconds held);
+        `work`: each one's work done then, `since`: max(0, clock - as_of)."""
+        return arrays.attained + arrays.held * since
 
     def _reach_time(self, row: tuple[float, ...], service: float) -> float:
         """When a running job (its _row()) reaches `service` (rounded down; inf if it holds no GPU)."""
@@ -494,7 +511,8 @@ class LasPolicy(KeyedPolicy):
             return memo[1]
         arrays = self._run_arrays(snap.running)
         work, mask = self._work_mask(snap)
-        state = (arrays, arrays.held, self._services(snap.clock, arrays, work) - arrays.base, mask)
+        assert self._work is not None
+        state = (arrays, arrays.held, self._services(arrays, work, self._work[3]) - arrays.base, mask)
         self._now = (snap, state)
         return state
 
@@ -541,15 +559,17 @@ class LasPolicy(KeyedPolicy):
             return memo[1], memo[2]
         arrays = self._run_arrays(snap.running)
         done = arrays.done
-        work = done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of)
+        since = np.maximum(0.0, snap.clock - arrays.as_of)  # the time each has run since its numbers were taken
+        work = done + arrays.rate * since
         ckpt = self.checkpoint_interval_s
         if self.max_loss_s is None:
             ok = np.ones(done.size, dtype=bool)
         elif ckpt <= 0:
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
         else:
-            ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.remainder(work, ckpt) <= self.max_loss_s)
-        self._work = (snap, work, ok)
+            # fmod is % for the non-negative numbers here (exact, as Python's % in in_checkpoint_window).
+            ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.fmod(work, ckpt) <= self.max_loss_s)
+        self._work = (snap, work, ok, since)
         return work, ok
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
@@ -580,7 +600,8 @@ class HetLasPolicy(LasPolicy):
     def service_before_run(self, job: JobView) -> float:
         return job.spec.gpus * job.work_done_s
 
-    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def _services(self, arrays: _RunArrays, work: npt.NDArray[np.float64], since: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
         return arrays.gang * work
 
     def _reach_time(self, row: tuple[float, ...], service: float) -> float:
