@@ -379,20 +379,20 @@ class LasPolicy(KeyedPolicy):
         for one that never opens) and closes (rounded up; infinite for one that never closes), and when each
         job's window after those opens (rounded down). `work`: each job's work done at `clock`."""
         n = now.size
-        never = np.full(n, math.inf)
         if self.max_loss_s is None:
-            return np.full((1, n), clock), np.full((1, n), math.inf), never
+            return np.full((1, n), clock), np.full((1, n), math.inf), np.full(n, math.inf)
         done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
         ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
         moving = rate > 0
-        # Most running jobs make progress: then the masks below change nothing and are left out.
-        stalled = not moving.all()
+        # Most running jobs make progress: then the masks below change nothing and are left out (the ufunc's
+        # own reduce: ndarray.all() goes through Python first).
+        stalled = not np.logical_and.reduce(moving)
         step = np.where(moving, rate, 1.0) if stalled else rate
         if ckpt <= 0:
             # No checkpoints: displaceable until max_loss_s of work is done, never again after.
             end = as_of + (loss - done) / step
             closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
-            return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], never
+            return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], np.full(n, math.inf)
         # The checkpoints that open the windows followed, and the one after them (a job in a window now
         # follows it first: + 0, else its next one: + 1).
         k = (np.floor(work / ckpt) + ~now) + self._followed
