@@ -4,6 +4,7 @@ whatever order of tuples, clocks and settings a policy has seen before."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from operator import attrgetter
@@ -118,3 +119,45 @@ def test_kept_rows_equal_the_plain_arrays_and_answers_of_a_fresh_policy(seed: in
             want = sum(v.allocation.gpus for v in snap.running if v.allocation is not None
                        and fresh.queue(snap, v) > fresh.queue(snap, job) and fresh.displaceable(snap, v))
             assert pol.releasable_gpus(snap, gate, job) == want
+
+
+def _demoted_world(seed: int) -> tuple[Snapshot, random.Random]:
+    """_busy_world with waiting jobs that have run before: some in the first queue, some demoted, some of them
+    close to starving at the clocks asked (attained service just past the first threshold)."""
+    rng = random.Random(seed)
+    world = _busy_world(seed % 4, queued=40)
+    waiting = []
+    for v in world.queued:
+        attained = rng.choice([0.0, 1000.0, 3300.0, 4000.0, 12_000.0])
+        waiting.append(dataclasses.replace(v, queued_since=float(rng.randint(0, 6000)), attained_gpu_s=attained,
+                                           work_done_s=attained / max(1, v.spec.gpus) * rng.choice([0.5, 1.0])))
+    return Snapshot.of_running(world.clock, world.cluster, tuple(waiting), world.running, world.tenants), rng
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(["las", "las-het"]), st.sampled_from([None, 0.5, 2.0, 100.0]))
+def test_queues_kept_across_snapshots_and_the_victim_order_equal_a_fresh_policys(seed: int, policy: str,
+                                                                                starve: float | None) -> None:
+    # Waiting jobs' queues are kept from one snapshot to the next until they may starve (order_until), and the
+    # displaceable victims are ordered from the running jobs' queues read off arrays. At clocks that go back and
+    # forth across promotions, with the settings changed on the policy in use, every answer equals a fresh
+    # policy's, whose queue() computes each job afresh and whose victim order is victim_key()'s sort.
+    world, rng = _demoted_world(seed)
+    pol = make_policy(policy)
+    assert isinstance(pol, LasPolicy)
+    pol.starve_factor = starve
+    for step in range(10):
+        if step == 5:
+            pol.thresholds = (2000.0, 5000.0)
+            pol.starve_factor = None if starve is None else starve * 2
+        snap = _shuffled(world, rng, world.clock + rng.choice([0.0, 1.0, 500.0, 5000.0, 40_000.0, 200_000.0]))
+        fresh = make_policy(policy)
+        assert isinstance(fresh, LasPolicy)
+        fresh.thresholds, fresh.starve_factor = pol.thresholds, pol.starve_factor
+        for job in rng.sample(list(snap.queued), 20):
+            assert pol.queue(snap, job) == fresh._queue(snap, job), job.job_id
+        assert [v.job_id for v in pol.rank(snap)] == [v.job_id for v in fresh.rank(snap)]
+        _, minus, jobs, _ = pol._displaceable_run(snap)
+        want = sorted((v for v in snap.running if fresh.displaceable(snap, v)), key=lambda v: fresh.victim_key(snap, v))
+        assert [v.job_id for v in jobs] == [v.job_id for v in want]
+        assert minus == [-fresh.queue(snap, v) for v in want]

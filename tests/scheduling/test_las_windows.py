@@ -67,7 +67,7 @@ def test_a_gang_wakes_when_windows_overlap() -> None:
     assert again == at == LasPolicy().next_change_s(Snapshot.of_running(clock + 400, c, (gang,), (a, b)), [gang])
 
 
-windows = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 10), st.integers(1, 4), st.booleans()),
+windows = st.lists(st.tuples(st.integers(0, 20), st.integers(-3, 10), st.integers(1, 4), st.booleans()),
                    min_size=0, max_size=12)
 
 
@@ -75,16 +75,26 @@ windows = st.lists(st.tuples(st.integers(0, 20), st.integers(0, 10), st.integers
 @given(windows, st.integers(-2, 12))
 def test_enough_at_gives_every_opening_where_the_open_windows_hold_enough(ws: list[tuple[int, int, int, bool]],
                                                                           deficit: int) -> None:
-    opens = np.array([float(o) for o, _, _, _ in ws])
+    # (opening, length, GPUs, joins): a window that does not join is open now (its opening is -inf) until it
+    # closes; one that joins with a negative length closes before it opens, and is never open.
+    opens = np.array([float(o) if j else -math.inf for o, _, _, j in ws])
     closes = np.array([float(o + d) for o, d, _, _ in ws])
     gpus = np.array([float(g) for _, _, g, _ in ws])
-    joins = np.array([j for _, _, _, j in ws], dtype=bool)
-    found = enough_at(opens, closes, gpus, joins, float(deficit))
+    found, until = enough_at(opens, closes, gpus, float(deficit))
     assert list(found) == sorted(found)
+    counted = [(o, d, g, j) for o, d, g, j in ws if not j or d >= 0]
 
     def held(t: float) -> float:  # a window that has not joined is open now: it counts until it closes
-        return sum(g for (o, d, g, j) in ws if (not j or o <= t) and t <= o + d)
+        return sum(g for (o, d, g, j) in counted if (not j or o <= t) and t <= o + d)
 
-    expected = sorted({float(o) for o, _, _, j in ws if j and held(float(o)) >= deficit})
+    expected = sorted({float(o) for o, d, _, j in counted if j and held(float(o)) >= deficit})
     assert sorted(set(found.tolist())) == expected
     assert math.inf not in found
+
+    def held_after(t: float) -> float:  # once every window closing at t has closed
+        return sum(g for (o, d, g, j) in counted if (not j or o <= t) and t < o + d)
+
+    # Each opening found holds until the first closing from it on after which the open windows fall short.
+    for o, u in zip(found.tolist(), until.tolist(), strict=True):
+        shorts = [float(c) for c in sorted({o_ + d for o_, d, _, _ in counted}) if c >= o and held_after(c) < deficit]
+        assert u == (shorts[0] if shorts else math.inf)

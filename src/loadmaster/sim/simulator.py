@@ -9,7 +9,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 
@@ -345,13 +345,13 @@ class _Run:
         """After a decision, until when timer rounds are known to change nothing: a plan that changed
         nothing (no action, no reason) is repeated by every round until time alone can change an answer:
         a queued job's order (the Session's next_change_s) or whom the policy lets displace whom
-        (Policy.next_change_s). So is a plan of new reasons alone: carrying it out changes no job's
-        resources and no queue, only the reasons the Session compares the next plan with, so a decision
-        right after it, at the same clock, would give that plan with the same reasons, i.e. no change
+        (Policy.next_change_s; with Policy.next_change_spans, the rounds between its spans too). So is a plan
+        of new reasons alone: carrying it out changes no job's resources and no queue, only the reasons the
+        Session compares the next plan with, so a decision right after it, at the same clock, would give that plan with the same reasons, i.e. no change
         (DRF on the 3,000-job overload made 1,322 such rounds, one real decision in nine). After any other
         plan the next round is made, unless the Session knows without deciding that a decision on the state
-        the plan left would change nothing, nor would any until an event (Session.changes_nothing: DRF where every
-        class is pruned, after 2,817 of the 3,573 plans that acted on the 3,000-job overload and were
+        the plan left would change nothing, nor would any until an event (Session.changes_nothing: DRF where
+        every class is pruned, after 2,817 of the 3,573 plans that acted on the 3,000-job overload and were
         asked); the rounds before the Session's next_change_s() are then skipped."""
         if self.sim.placer.time_dependent_key:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
@@ -363,7 +363,24 @@ class _Run:
                     or not session.changes_nothing(self.snapshot())):
                 return -math.inf  # (a subclass that decides without the Session: learner_at_a_time)
             return self.session.next_change_s()  # the policy's answers then hold until an event
-        return min(self.session.next_change_s(), self.sim.policy.next_change_s(self.snap, self.session.heads()))
+        spans = self.sim.policy.next_change_spans(self.snap, self.session.heads())
+        return min(self.session.next_change_s(), self.first_round_within(spans))
+
+    def first_round_within(self, spans: Sequence[tuple[float, float]]) -> float:
+        """The first clock of a span (Policy.next_change_spans) that holds one of the rounds after this decision
+        (the run loop's: this clock + round_s, + round_s, ..., the same float sums): the rounds before it
+        fall between spans and change nothing (LAS: checkpoint windows that overlap for less than a round)."""
+        round_s = self.sim.policy.round_s
+        assert round_s
+        at = self.clock + round_s
+        for first, last in spans:
+            if last == math.inf or first == math.inf:
+                return first  # the first round at or after it is within it
+            while at < first:
+                at += round_s
+            if at <= last:
+                return first
+        return math.inf
 
     def quiet_rounds(self, at: float, round_s: float, limit: float) -> float:
         """Count the rounds at `at`, `at + round_s`, ... before `limit` (and not past until_s) as decisions

@@ -204,6 +204,14 @@ class Policy(ABC):
         decision on `again`). Default: False (the decision is made)."""
         return False
 
+    def next_change_spans(self, snap: Snapshot, heads: Sequence[JobView]) -> Sequence[tuple[float, float]]:
+        """next_change_s() in more detail: spans of clocks (first, last, both included; in order of first, the
+        first first being next_change_s()) outside which time alone cannot make this policy decide differently
+        before the last span's end, for a shell that decides on a timer and may skip every round outside them
+        (the simulator's rounds: a decision at any clock in a span may change something, one between two
+        spans may not). Default: one span, from next_change_s() on."""
+        return ((self.next_change_s(snap, heads), math.inf),)
+
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """After a decision on `snap` that started, displaced, resized, moved and rejected nobody, until when
         (clock, exclusive) every answer it gave a queued job stays the answer a decision would give, as long

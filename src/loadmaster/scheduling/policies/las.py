@@ -79,6 +79,8 @@ DEFAULT_MAX_LOSS_S = 60.0
 # cost a little more per call and spare rounds where a gang waits for windows to open on enough GPUs at once.
 WINDOWS_FOLLOWED = 4
 _RANK_KEY = itemgetter(0, 1, 2)  # queue, submit time, job id
+_NEVER: Sequence[tuple[float, float]] = ((math.inf, math.inf),)  # next_change_spans(): nothing ever changes
+_VICTIM_ORDER = itemgetter(0, 1, 2)  # victim_key() less its first element: minus queue, minus submit time, loss
 _WORK_DONE = attrgetter("work_done_s")
 _RATE = attrgetter("rate")
 _AS_OF = attrgetter("as_of")
@@ -138,12 +140,20 @@ class LasPolicy(KeyedPolicy):
         # Each job's queue at one snapshot, computed once: rank() sorts by it and decide() asks again for
         # every job that does not fit and every victim candidate. Held for the snapshot last asked about.
         self._queues: tuple[Snapshot, dict[int, tuple[JobView, int]]] | None = None
+        # Waiting jobs' queues across snapshots (_waiting_queue): view, queue, and the clocks they hold from
+        # and until; for these settings, checked once per snapshot.
+        self._waiting: dict[int, tuple[JobView, int, float, float]] = {}
+        self._waiting_for: tuple[object, ...] = (self.thresholds, starve_factor)
+        self._waiting_snap: Snapshot | None = None
         # The running jobs displaceable at one snapshot in victim order: (snapshot, minus each one's queue,
         # the jobs). See victim_candidates().
         self._displaceable: tuple[Snapshot, list[int], list[JobView], list[float]] | None = None
         # The same jobs' minus queues in ascending order and the GPUs of each prefix, without the victim
         # order (most displacement searches end at releasable_gpus(), which needs only these).
         self._releasable: tuple[Snapshot, list[float]] | None = None  # releasable_gpus() per queue
+        self._running_q: tuple[Snapshot, npt.NDArray[np.intp]] | None = None  # _running_queues()
+        self._thresholds: tuple[tuple[float, ...], npt.NDArray[np.float64]] = (
+            self.thresholds, np.asarray(self.thresholds, dtype=np.float64))
         # Per snapshot: the running jobs' arrays, GPUs held, service as queue() counts it, displaceable now.
         self._now: tuple[Snapshot, tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                          npt.NDArray[np.bool_]]] | None = None
@@ -155,11 +165,14 @@ class LasPolicy(KeyedPolicy):
         # keeps one tuple while its running jobs do not change, as the simulator does, pays for them once).
         self._arrays: tuple[Sequence[JobView], _RunArrays] | None = None
         # Per snapshot: the running jobs' work done at its clock, and which are displaceable then.
-        self._work: tuple[Snapshot, npt.NDArray[np.float64], npt.NDArray[np.bool_]] | None = None
+        self._work: tuple[Snapshot, npt.NDArray[np.float64], npt.NDArray[np.bool_],
+                          npt.NDArray[np.float64]] | None = None
         # next_change_s's last answer: (running views, free GPUs, gangs by queue, clock, the clocks at which a
         # gang could start, horizon), reused while the first three stay the same.
         self._quiet: tuple[Sequence[JobView], float, tuple[tuple[int, float], ...], float,
-                           npt.NDArray[np.float64], float] | None = None
+                           npt.NDArray[np.float64], npt.NDArray[np.float64], float] | None = None
+        # The windows _windows() follows past each job's next checkpoint, as a column (0, 1, ..).
+        self._followed = np.arange(WINDOWS_FOLLOWED + 1.0)[:, None]
 
     # -- attained service: what `las-het` redefines ---------------------------------------------------
     def service(self, job: JobView, clock: float) -> float:
@@ -184,6 +197,8 @@ class LasPolicy(KeyedPolicy):
 
     def queue(self, snap: Snapshot, job: JobView) -> int:
         """0 is served first; len(thresholds) last."""
+        if job.allocation is None and job.rate == 0:
+            return self._waiting_queue(snap, job)
         memo = self._queues
         if memo is None or memo[0] is not snap:
             memo = self._queues = (snap, {})
@@ -194,6 +209,28 @@ class LasPolicy(KeyedPolicy):
             return hit[1]
         q = self._queue(snap, job)
         memo[1][id(job)] = (job, q)
+        return q
+
+    def _waiting_queue(self, snap: Snapshot, job: JobView) -> int:
+        """queue() of a waiting job that makes no progress: its service stays put, so its queue changes with
+        time only when it starves, at order_until() (rounded down). Kept across snapshots, with the clocks
+        it holds for (the Session's walk asks every class's first job at every decision: most are the same
+        jobs as at the last one)."""
+        clock = snap.clock
+        if snap is not self._waiting_snap:
+            # The kept queues follow from these settings; a policy whose settings were changed starts afresh.
+            settings = (self.thresholds, self.starve_factor)
+            if settings != self._waiting_for or len(self._waiting) > 8192:
+                self._waiting = {}  # views that left the queue are never asked again: dropped wholesale
+                self._waiting_for = settings
+            self._waiting_snap = snap
+        # Keyed by identity; the entry holds the view, so its id cannot be reused while the entry lives.
+        hit = self._waiting.get(id(job))
+        if hit is not None and hit[0] is job and hit[2] <= clock < hit[3]:
+            return hit[1]
+        q = self._queue(snap, job)
+        # From this clock (a promoted job was not promoted before it) until its queue may change.
+        self._waiting[id(job)] = (job, q, clock, self.order_until(snap, job))
         return q
 
     def _queue(self, snap: Snapshot, job: JobView) -> int:
@@ -225,13 +262,17 @@ class LasPolicy(KeyedPolicy):
         known = memo[1]
         compute = self._queue
         keyed = []
+        waiting = self._waiting_queue
         for j in snap.queued:
-            hit = known.get(id(j))
-            if hit is not None and hit[0] is j:
-                q = hit[1]
+            if j.allocation is None and j.rate == 0:
+                q = waiting(snap, j)
             else:
-                q = compute(snap, j)
-                known[id(j)] = (j, q)
+                hit = known.get(id(j))
+                if hit is not None and hit[0] is j:
+                    q = hit[1]
+                else:
+                    q = compute(snap, j)
+                    known[id(j)] = (j, q)
             spec = j.spec
             keyed.append((q, spec.submit_time_s, spec.job_id, j))
         keyed.sort(key=_RANK_KEY)
@@ -260,6 +301,12 @@ class LasPolicy(KeyedPolicy):
         closes max_loss_s of work later: a gang still short of GPUs with every job it may displace released
         cannot start before windows open at once on enough of them (windows.enough_at). The next
         WINDOWS_FOLLOWED windows of each job are followed; past them (the horizon) a round is made."""
+        return self.next_change_spans(snap, heads)[0][0]
+
+    def next_change_spans(self, snap: Snapshot, heads: Sequence[JobView]) -> Sequence[tuple[float, float]]:
+        """next_change_s()'s clock, and every later one, each with the clock until which the windows open from
+        it on hold enough GPUs (windows.enough_at's spans): a round after that and before the next opening
+        sees the windows short again, or only a subset of those a round at the opening would have seen."""
         last = len(self.thresholds)
         needs: dict[int, float] = {}  # queue -> the smallest gang of that queue that may displace others
         for h in heads:
@@ -269,49 +316,61 @@ class LasPolicy(KeyedPolicy):
                 gpus = float(spec.gpus_per_learner * (spec.min_learners or spec.learners))
                 needs[q] = min(needs.get(q, math.inf), gpus)
         if not needs or not snap.running:
-            return math.inf
+            return _NEVER
         clock = snap.clock
         free = float(snap.free_gpus.sum())
         facts = (snap.running, free, tuple(sorted(needs.items())))
         memo = self._quiet
-        if memo is not None and memo[0] is facts[0] and memo[1:3] == facts[1:] and memo[3] <= clock < memo[5]:
+        if memo is not None and memo[0] is facts[0] and memo[1:3] == facts[1:] and memo[3] <= clock < memo[6]:
             # The same running jobs, free GPUs and gangs as at an earlier clock before its horizon, and nothing
             # started in the rounds since: the clocks found then still hold, less those already passed (a
             # window whose rounded opening lies within rounding of this clock may not have opened yet: kept).
-            at, horizon = memo[4], memo[5]
+            at, until, horizon = memo[4], memo[5], memo[6]
             i = int(np.searchsorted(at, clock - abs(clock) * 4e-12 - 4e-9, side="right"))
-            return min(float(at[i]) if i < at.size else math.inf, horizon)
-        at, horizon = self._enough_at(snap, needs, free)
-        self._quiet = (*facts, clock, at, horizon)
-        return min(float(at[0]) if at.size else math.inf, horizon)
+        else:
+            at, until, horizon = self._enough_at(snap, needs, free)
+            self._quiet = (*facts, clock, at, until, horizon)
+            i = 0
+        return [*zip(at[i:].tolist(), until[i:].tolist(), strict=True), (horizon, math.inf)]
 
     def _enough_at(self, snap: Snapshot, needs: Mapping[int, float], free: float
-                   ) -> tuple[npt.NDArray[np.float64], float]:
+                   ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], float]:
         """The clocks before the horizon at which a waiting gang of `needs` could start by displacing jobs in
-        their windows (sorted), and the horizon (infinite when none ever could)."""
+        their windows (sorted), until when the windows open from each on hold enough (windows.enough_at),
+        and the horizon (infinite when none ever could)."""
         clock = snap.clock
         arrays, held, service, now = self._running_now(snap)
         opens, closes, later = self._windows(clock, arrays, self._work_mask(snap)[0], now)  # (windows, jobs)
-        gpus = np.broadcast_to(held, opens.shape).ravel()
-        found = [np.empty(0)]
+        gpus = np.concatenate((held,) * opens.shape[0])  # of each window, in the order of opens.ravel()
+        opened = np.isfinite(opens[0])
+        found: list[tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]] = []
         horizon = math.inf
         for q, need in needs.items():
             below = service < self.thresholds[q]
             crosses = np.where(below, arrays.reach[q], clock)
-            ever = np.isfinite(crosses) & np.isfinite(opens[0])  # may be displaced by this gang now or later
+            ever = np.isfinite(crosses) & opened  # may be displaced by this gang now or later
             if float(held[ever].sum()) + 1e-9 < need - free:
                 continue  # not even with every job it may ever displace
-            # A window joins the set this gang may displace unless it is one of that set's now (a later
-            # window of such a job joins again after it closed).
-            joins = np.ones(opens.shape, dtype=bool)
-            joins[0] = ~(now & ~below)
-            start = np.where(joins, np.maximum(opens, crosses), opens).ravel()
-            ends = closes.ravel()
-            seen = start <= ends
-            horizon = min(horizon, float(later[ever].min()))
-            found.append(enough_at(start[seen], ends[seen], gpus[seen], joins.ravel()[seen], need - free))
-        at = np.sort(np.concatenate(found))
-        return at[at < horizon], horizon
+            # A window joins the set this gang may displace when it opens, or when its job crosses into a queue
+            # this gang may displace (a job of such a queue has crosses == clock, so a window open now keeps
+            # its opening, the clock).
+            start = np.maximum(opens, crosses)
+            seen = start <= closes  # a window that closes before its job crosses is never in the set
+            # The current windows of the jobs this gang may displace now are in its set already: they only
+            # close (the later windows of such a job join again after it closed).
+            start[0, now & ~below & seen[0]] = -math.inf
+            horizon = min(horizon, float(np.minimum.reduce(later[ever], initial=math.inf)))
+            found.append(enough_at(start.ravel(), closes.ravel(), gpus, need - free))
+        if not found:
+            return np.empty(0), np.empty(0), horizon
+        if len(found) == 1:
+            at, until = found[0]  # sorted already
+        else:
+            at, until = np.concatenate([f[0] for f in found]), np.concatenate([f[1] for f in found])
+            order = np.argsort(at, kind="stable")
+            at, until = at[order], until[order]
+        keep = at < horizon
+        return at[keep], until[keep], horizon
 
     def _windows(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64], now: npt.NDArray[np.bool_]
                  ) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDArray[np.float64]]:
@@ -320,28 +379,36 @@ class LasPolicy(KeyedPolicy):
         for one that never opens) and closes (rounded up; infinite for one that never closes), and when each
         job's window after those opens (rounded down). `work`: each job's work done at `clock`."""
         n = now.size
-        never = np.full(n, math.inf)
         if self.max_loss_s is None:
-            return np.full((1, n), clock), np.full((1, n), math.inf), never
+            return np.full((1, n), clock), np.full((1, n), math.inf), np.full(n, math.inf)
         done, rate, as_of = arrays.done, arrays.rate, arrays.as_of
         ckpt, loss = self.checkpoint_interval_s, self.max_loss_s
         moving = rate > 0
-        step = np.where(moving, rate, 1.0)
+        # Most running jobs make progress: then the masks below change nothing and are left out (the ufunc's
+        # own reduce: ndarray.all() goes through Python first).
+        stalled = not np.logical_and.reduce(moving)
+        step = np.where(moving, rate, 1.0) if stalled else rate
         if ckpt <= 0:
             # No checkpoints: displaceable until max_loss_s of work is done, never again after.
             end = as_of + (loss - done) / step
             closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, math.inf)
-            return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], never
-        # The checkpoints that open the windows followed, and the one after them.
-        k = np.floor(work / ckpt) + np.where(now, 0.0, 1.0) + np.arange(WINDOWS_FOLLOWED + 1.0)[:, None]
+            return np.where(now, clock, math.inf)[None], np.where(now, closes, -math.inf)[None], np.full(n, math.inf)
+        # The checkpoints that open the windows followed, and the one after them (a job in a window now
+        # follows it first: + 0, else its next one: + 1).
+        k = (np.floor(work / ckpt) + ~now) + self._followed
         # Every number here is finite (a job that makes no progress divides by 1): windows.before() inline,
         # and its mirror for closings (a window must never close before it really does).
         reach = as_of + (k * ckpt - done) / step
         early = reach - np.abs(reach) * 1e-12 - 1e-9
         end = reach[:-1] + loss / step
+        closes = end + np.abs(end) * 1e-12 + 1e-9
+        if not stalled:
+            opens = early[:-1]
+            opens[0, now] = clock
+            return opens, closes, early[-1]
         opens = np.where(moving, early[:-1], math.inf)
         opens[0, now] = clock
-        closes = np.where(moving, end + np.abs(end) * 1e-12 + 1e-9, -math.inf)
+        closes = np.where(moving, closes, -math.inf)
         closes[0, now & ~moving] = math.inf
         return opens, closes, np.where(moving, early[-1], math.inf)
 
@@ -369,10 +436,11 @@ class LasPolicy(KeyedPolicy):
         self._arrays = (running, arrays)
         return arrays
 
-    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        """service() of every running job, with the same float operations (GPU-seconds held); `work`: each
-        one's work done at `clock`."""
-        return arrays.attained + arrays.held * np.maximum(0.0, clock - arrays.as_of)
+    def _services(self, arrays: _RunArrays, work: npt.NDArray[np.float64], since: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
+        """service() of every running job at a clock, with the same float operations (GPU-seconds held);
+        `work`: each one's work done then, `since`: max(0, clock - as_of)."""
+        return arrays.attained + arrays.held * since
 
     def _reach_time(self, row: tuple[float, ...], service: float) -> float:
         """When a running job (its _row()) reaches `service` (rounded down; inf if it holds no GPU)."""
@@ -409,18 +477,29 @@ class LasPolicy(KeyedPolicy):
         rel = self._releasable
         if rel is None or rel[0] is not snap:
             # The GPUs held by the jobs displaceable now, per queue, summed from the last queue up: a job of
-            # queue q may displace those of the queues above q. Each running job's queue is queue()'s, from the
-            # service it counts (_running_now: queue() is the number of thresholds at most that); GPUs are whole
-            # numbers, so the sums are those of any order (victim_key's included).
-            _, held, service, now = self._running_now(snap)
+            # queue q may displace those of the queues above q. GPUs are whole numbers, so the sums are those
+            # of any order (victim_key's included).
+            _, held, _, now = self._running_now(snap)
             levels = len(self.thresholds) + 1
-            queues = np.searchsorted(np.asarray(self.thresholds, dtype=np.float64), service, side="right")
-            per_queue = np.bincount(queues[now], weights=held[now], minlength=levels).tolist()
+            per_queue = np.bincount(self._running_queues(snap)[now], weights=held[now], minlength=levels).tolist()
             above = [0.0] * levels
             for q in range(levels - 2, -1, -1):
                 above[q] = above[q + 1] + per_queue[q + 1]
             rel = self._releasable = (snap, above)
         return rel[1][self.queue(snap, job)]
+
+    def _running_queues(self, snap: Snapshot) -> npt.NDArray[np.intp]:
+        """queue() of every running job at once (once per snapshot): the number of thresholds at most the
+        service its queue counts (_running_now's, with queue()'s float operations)."""
+        memo = self._running_q
+        if memo is not None and memo[0] is snap:
+            return memo[1]
+        thresholds = self._thresholds
+        if thresholds[0] is not self.thresholds:
+            thresholds = self._thresholds = (self.thresholds, np.asarray(self.thresholds, dtype=np.float64))
+        queues: npt.NDArray[np.intp] = np.searchsorted(thresholds[1], self._running_now(snap)[2], side="right")
+        self._running_q = (snap, queues)
+        return queues
 
     def _running_now(self, snap: Snapshot) -> tuple[_RunArrays, npt.NDArray[np.float64], npt.NDArray[np.float64],
                                                     npt.NDArray[np.bool_]]:
@@ -432,7 +511,8 @@ class LasPolicy(KeyedPolicy):
             return memo[1]
         arrays = self._run_arrays(snap.running)
         work, mask = self._work_mask(snap)
-        state = (arrays, arrays.held, self._services(snap.clock, arrays, work) - arrays.base, mask)
+        assert self._work is not None
+        state = (arrays, arrays.held, self._services(arrays, work, self._work[3]) - arrays.base, mask)
         self._now = (snap, state)
         return state
 
@@ -442,13 +522,25 @@ class LasPolicy(KeyedPolicy):
         run = self._displaceable
         if run is None or run[0] is not snap:
             running = snap.running
-            jobs = [v for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok]
-            jobs.sort(key=lambda v: self.victim_key(snap, v))
+            if type(self).victim_key is LasPolicy.victim_key:
+                # victim_key() of each, its queue read off the running jobs' queues (queue()'s, at once): all
+                # are displaceable, so its first element is the same for all and left out.
+                clock, ckpt, restart = snap.clock, self.checkpoint_interval_s, self.restart_overhead_s
+                queues = self._running_queues(snap).tolist()
+                keyed = sorted(((-float(queues[i]), -running[i].spec.submit_time_s,
+                                 preemption_loss_gpu_s(running[i], clock, ckpt, restart), i)
+                                for i in np.flatnonzero(self._work_mask(snap)[1]).tolist()), key=_VICTIM_ORDER)
+                jobs = [running[k[3]] for k in keyed]
+                minus = [int(k[0]) for k in keyed]
+            else:
+                jobs = [v for v, ok in zip(running, self._displaceable_all(snap, running), strict=True) if ok]
+                jobs.sort(key=lambda v: self.victim_key(snap, v))
+                minus = [-self.queue(snap, v) for v in jobs]
             held = [0.0]
             for v in jobs:
                 assert v.allocation is not None
                 held.append(held[-1] + v.allocation.gpus)
-            run = self._displaceable = (snap, [-self.queue(snap, v) for v in jobs], jobs, held)
+            run = self._displaceable = (snap, minus, jobs, held)
         return run
 
     def _displaceable_all(self, snap: Snapshot, jobs: Sequence[JobView]) -> list[bool]:
@@ -467,15 +559,17 @@ class LasPolicy(KeyedPolicy):
             return memo[1], memo[2]
         arrays = self._run_arrays(snap.running)
         done = arrays.done
-        work = done + arrays.rate * np.maximum(0.0, snap.clock - arrays.as_of)
+        since = np.maximum(0.0, snap.clock - arrays.as_of)  # the time each has run since its numbers were taken
+        work = done + arrays.rate * since
         ckpt = self.checkpoint_interval_s
         if self.max_loss_s is None:
             ok = np.ones(done.size, dtype=bool)
         elif ckpt <= 0:
             ok = work <= self.max_loss_s  # no checkpoints: every run counts as checkpointed, all work is lost
         else:
-            ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.remainder(work, ckpt) <= self.max_loss_s)
-        self._work = (snap, work, ok)
+            # fmod is % for the non-negative numbers here (exact, as Python's % in in_checkpoint_window).
+            ok = (np.floor(work / ckpt) > arrays.checkpoints) & (np.fmod(work, ckpt) <= self.max_loss_s)
+        self._work = (snap, work, ok, since)
         return work, ok
 
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
@@ -506,7 +600,8 @@ class HetLasPolicy(LasPolicy):
     def service_before_run(self, job: JobView) -> float:
         return job.spec.gpus * job.work_done_s
 
-    def _services(self, clock: float, arrays: _RunArrays, work: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+    def _services(self, arrays: _RunArrays, work: npt.NDArray[np.float64], since: npt.NDArray[np.float64]
+                  ) -> npt.NDArray[np.float64]:
         return arrays.gang * work
 
     def _reach_time(self, row: tuple[float, ...], service: float) -> float:

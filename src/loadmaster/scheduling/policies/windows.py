@@ -48,21 +48,29 @@ def next_window_s(running: Iterable[JobView], clock: float, checkpoint_interval_
 
 
 def enough_at(opens: npt.NDArray[np.float64], closes: npt.NDArray[np.float64], gpus: npt.NDArray[np.float64],
-              joins: npt.NDArray[np.bool_], deficit: float) -> npt.NDArray[np.float64]:
-    """The openings of windows at which the windows open then hold at least `deficit` GPUs, in order: job i
-    holds gpus[i] and is displaceable from opens[i] to closes[i] (both included); joins[i] says its opening
-    is one a waiting gang has not yet seen (the others are open now and only close). Between two of these
-    clocks the displaceable set is either short of the deficit or a subset of the one seen at the earlier,
-    so nothing can start. Openings sort before closings at one clock, so a tie counts both windows (a round
-    made early, never late)."""
+              deficit: float) -> tuple[npt.NDArray[np.float64], npt.NDArray[np.float64]]:
+    """The openings of windows at which the windows open then hold at least `deficit` GPUs, in order, and for
+    each the clock until which the windows open hold that many (the closing after which they hold fewer;
+    infinite if none): window i holds gpus[i] and is displaceable from opens[i] to closes[i] (both included).
+    An opening of -inf marks a window open now, one a waiting gang has seen already (it only closes); one with
+    opens[i] > closes[i] is never open (left out). Between two of these openings the displaceable set is a
+    subset of the one open at the earlier, and after its span it is short of the deficit until the next, so
+    nothing can start. Openings sort before closings at one clock, so a tie counts both windows (a round made
+    early, never late)."""
     n = opens.size
-    if n == 0 or not joins.any():
-        return np.empty(0)
-    times = np.concatenate((np.where(joins, opens, -math.inf), closes))
+    times = np.concatenate((opens, closes))
+    # A window never open opens and closes at infinity: after every clock found, and never found itself.
+    never = opens > closes
+    times[np.concatenate((never, never))] = math.inf
     # A stable sort keeps the openings (the first n) before the closings at one clock.
     order = np.argsort(times, kind="stable")
-    active = np.cumsum(np.concatenate((gpus, -gpus))[order])
-    joining = order < n
-    joining[joining] = joins[order[joining]]
-    at: npt.NDArray[np.float64] = times[order[joining & (active >= deficit - 1e-9)]]
-    return at
+    at = times[order]
+    enough = np.add.accumulate(np.concatenate((gpus, -gpus))[order]) >= deficit - 1e-9
+    found = np.flatnonzero((order < n) & enough & np.isfinite(at))
+    # Where the open windows first fall short after each opening found: only a closing takes GPUs away.
+    short = np.flatnonzero(~enough)
+    after = np.searchsorted(short, found)
+    until = np.full(found.size, math.inf)
+    within = after < short.size
+    until[within] = at[short[after[within]]]
+    return at[found], until
