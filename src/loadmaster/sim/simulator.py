@@ -347,8 +347,9 @@ class _Run:
         a queued job's order (the Session's next_change_s) or whom the policy lets displace whom
         (Policy.next_change_s; with Policy.next_change_spans, the rounds between its spans too). So is a plan
         of new reasons alone: carrying it out changes no job's resources and no queue, only the reasons the
-        Session compares the next plan with, so a decision right after it, at the same clock, would give that plan with the same reasons, i.e. no change
-        (DRF on the 3,000-job overload made 1,322 such rounds, one real decision in nine). After any other
+        Session compares the next plan with, so a decision right after it, at the same clock, would give that
+        plan with the same reasons, i.e. no change (DRF on the 3,000-job overload made 1,322 such rounds, one
+        real decision in nine). After any other
         plan the next round is made, unless the Session knows without deciding that a decision on the state
         the plan left would change nothing, nor would any until an event (Session.changes_nothing: DRF where
         every class is pruned, after 2,817 of the 3,573 plans that acted on the 3,000-job overload and were
