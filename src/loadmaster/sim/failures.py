@@ -90,8 +90,8 @@ class FailureModel:
         self._ahead: list[tuple[FailureCategory, FailureCategory]] = []
         cats = list(PHILLY_FAILURE_WEIGHTS)
         w = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in cats], dtype=float)
-        # Cumulative weights as Python floats: bisect on a list answers as np.searchsorted(side="right") would,
-        # without a NumPy call per draw.
+        # Cumulative weights (as Python floats: tests/sim/test_failures_stream.py bisects them for its reference
+        # stream, which np.searchsorted(side="right") in _draws answers alike).
         self._all = (cats, np.cumsum(w / w.sum()).tolist())
         transient = [c for c in cats if not c.deterministic]
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
@@ -113,8 +113,8 @@ class FailureModel:
             u = self.rng.random(max(_DRAWS_AHEAD, n))
             # searchsorted(side="right") answers as bisect_right on the same floats; a draw past the last
             # cumulative weight (rounding) takes the last category.
-            picked = [[cats[i] for i in np.minimum(np.searchsorted(cumulative, u, side="right"), len(cats) - 1).tolist()]
-                      for cats, cumulative in (self._transient, self._all)]
+            picked = [[cats[i] for i in np.minimum(np.searchsorted(cumulative, u, side="right"), len(cats) - 1)
+                       .tolist()] for cats, cumulative in (self._transient, self._all)]
             ahead[:0] = reversed(list(zip(*picked, strict=True)))
         if n == 1:  # most failing jobs: one draw
             return (ahead.pop()[pool],)
