@@ -1,6 +1,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from loadmaster.core.workload import LoadReport, Workload
 from tests.helpers import job
@@ -37,3 +39,14 @@ def test_good_specs_pass_with_or_without_their_optional_parts() -> None:
     assert job("a").excluded_types == ()
     assert job("b", failed_attempts_s=(1.0,), learners=2, min_learners=1, max_learners=4,
                type_speed=(("k80", 0.0), ("v100", 1.0))).excluded_types == ("k80",)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 30), st.integers(0, 3)), max_size=12, unique_by=lambda t: t[0]))
+def test_the_order_is_the_sorted_one_whether_or_not_the_sort_is_skipped(keys: list[tuple[int, int]]) -> None:
+    """Workload skips its sort for jobs already in order (ties by id included): either way the jobs end up as
+    sorted() by (submit time, id) puts them, in order or not, tied or not."""
+    specs = [job(f"j{i:02d}", submit=float(t)) for i, t in keys]
+    expected = sorted(specs, key=lambda j: (j.submit_time_s, j.job_id))
+    for given_order in (specs, expected, expected[::-1]):
+        assert Workload(list(given_order), LoadReport("t")).jobs == expected

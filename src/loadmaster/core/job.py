@@ -133,7 +133,9 @@ class JobSpec:
 
     def __post_init__(self) -> None:
         speeds = self.type_speed
-        object.__setattr__(self, "excluded_types", () if speeds is None else tuple(t for t, s in speeds if s <= 0))
+        # Through the slot's own setter (_set_excluded_types, below the class): object.__setattr__ looks the
+        # name up on the type first, once per spec of a 117,000-job trace.
+        _set_excluded_types(self, () if speeds is None else tuple(t for t, s in speeds if s <= 0))
         # The common case in one expression (a trace of 117,000 jobs makes as many specs); anything it does
         # not pass is looked at rule by rule below, which names what is wrong.
         if (self.job_id and self.learners >= 1 and self.gpus_per_learner >= 0 and 0 <= self.duration_s < math.inf
@@ -182,6 +184,9 @@ class JobSpec:
             if t == gpu_type:
                 return s
         return None
+
+
+_set_excluded_types = JobSpec.__dict__["excluded_types"].__set__
 
 
 @fast_init

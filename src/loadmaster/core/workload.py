@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from operator import attrgetter
+from itertools import compress
+from operator import attrgetter, eq, le
 
 from loadmaster.core.job import JobSpec
 
@@ -36,6 +37,21 @@ class LoadReport:
         return text
 
 
+_submit = attrgetter("submit_time_s")
+_job_id = attrgetter("job_id")
+
+
+def _in_order(jobs: list[JobSpec]) -> bool:
+    """Whether the jobs are already by (submit time, id), as a trace written by loadmaster is: then the sort,
+    stable, would leave them as they are, and is skipped (~0.045 s of a 117,000-job load; this check ~0.015 s:
+    the times compared in C, ids only where times tie)."""
+    times = list(map(_submit, jobs))
+    later = times[1:]
+    if not all(map(le, times, later)):
+        return False
+    return all(jobs[i].job_id <= jobs[i + 1].job_id for i in compress(range(len(later)), map(eq, times, later)))
+
+
 @dataclass
 class Workload:
     """Jobs sorted by submit time (ties by id), with the report of how they were loaded."""
@@ -44,9 +60,11 @@ class Workload:
     report: LoadReport
 
     def __post_init__(self) -> None:
-        # attrgetter makes the (submit time, id) key in C: 117,000 jobs sort in a third of the time.
-        self.jobs.sort(key=attrgetter("submit_time_s", "job_id"))
-        job_ids = [j.job_id for j in self.jobs]
+        jobs = self.jobs
+        if not _in_order(jobs):
+            # attrgetter makes the (submit time, id) key in C: 117,000 jobs sort in a third of the time.
+            jobs.sort(key=attrgetter("submit_time_s", "job_id"))
+        job_ids = list(map(_job_id, jobs))
         if len(set(job_ids)) != len(job_ids):
             dupes = [i for i, c in Counter(job_ids).items() if c > 1]
             raise ValueError(f"{self.report.source}: duplicate job ids: {dupes[:5]}")

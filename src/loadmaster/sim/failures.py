@@ -16,7 +16,6 @@ Retry policies:
 
 from __future__ import annotations
 
-from bisect import bisect_right
 from dataclasses import dataclass
 from enum import StrEnum
 
@@ -85,12 +84,14 @@ class FailureModel:
         self._rng: np.random.Generator | None = None  # made at the first draw: most runs draw nothing
         # Uniform draws made ahead in chunks, used in order (reversed, so pop() takes the next): the generator
         # gives the same stream in one call of n as in n calls (tests/sim/test_failures_stream.py), at a
-        # fraction of a NumPy call per draw. Only _draw reads the generator.
-        self._ahead: list[float] = []
+        # fraction of a NumPy call per draw. Each draw is kept as the category it gives from either pool
+        # (transient, all), found for the whole chunk by two searchsorted calls instead of a bisect per draw.
+        # Only _draws reads the generator.
+        self._ahead: list[tuple[FailureCategory, FailureCategory]] = []
         cats = list(PHILLY_FAILURE_WEIGHTS)
         w = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in cats], dtype=float)
-        # Cumulative weights as Python floats: bisect on a list answers as np.searchsorted(side="right") would,
-        # without a NumPy call per draw.
+        # Cumulative weights (as Python floats: tests/sim/test_failures_stream.py bisects them for its reference
+        # stream, which np.searchsorted(side="right") in _draws answers alike).
         self._all = (cats, np.cumsum(w / w.sum()).tolist())
         transient = [c for c in cats if not c.deterministic]
         wt = np.array([PHILLY_FAILURE_WEIGHTS[c] for c in transient], dtype=float)
@@ -105,12 +106,20 @@ class FailureModel:
             rng = self._rng = np.random.default_rng(self.seed)
         return rng
 
-    def _draw(self, pool: tuple[list[FailureCategory], list[float]]) -> FailureCategory:
-        cats, cumulative = pool
+    def _draws(self, pool: int, n: int) -> tuple[FailureCategory, ...]:
+        """The next n draws' categories from pool 0 (transient) or 1 (all), in order."""
         ahead = self._ahead
-        if not ahead:
-            ahead += reversed(self.rng.random(_DRAWS_AHEAD).tolist())
-        return cats[min(bisect_right(cumulative, ahead.pop()), len(cats) - 1)]
+        if len(ahead) < n:  # the draws left come first (at the end), then a fresh chunk: the same stream
+            u = self.rng.random(max(_DRAWS_AHEAD, n))
+            # searchsorted(side="right") answers as bisect_right on the same floats; a draw past the last
+            # cumulative weight (rounding) takes the last category.
+            picked = [[cats[i] for i in np.minimum(np.searchsorted(cumulative, u, side="right"), len(cats) - 1)
+                       .tolist()] for cats, cumulative in (self._transient, self._all)]
+            ahead[:0] = reversed(list(zip(*picked, strict=True)))
+        if n == 1:  # most failing jobs: one draw
+            return (ahead.pop()[pool],)
+        pop = ahead.pop
+        return tuple([pop()[pool] for _ in range(n)])
 
     def plan(self, spec: JobSpec) -> AttemptPlan:
         """The attempts this job makes under the retry policy. Call once per job, in submit order."""
@@ -120,8 +129,8 @@ class FailureModel:
         if not failed and not ends_failed:
             return AttemptPlan((spec.duration_s,), (), final_outcome)
         # Categories: transient for failures the job later recovered from; the terminal one from all.
-        transient = tuple(self._draw(self._transient) for _ in failed)
-        terminal = self._draw(self._all) if ends_failed else None
+        transient = self._draws(0, len(failed)) if failed else ()
+        terminal = self._draws(1, 1)[0] if ends_failed else None
         if self.retry is RetryPolicy.TRACE:
             cats = transient + ((terminal,) if terminal else ())
             return AttemptPlan((*failed, spec.duration_s), cats[: len(failed)], final_outcome)
