@@ -250,8 +250,9 @@ class _Run:
         # A pass that popped only stale attempt ends (of attempts preempted, moved or resized since they were
         # scheduled) with no arrival, no attempt end and no wake-up due changed nothing but the clock since the
         # last decision: where quiet_until() bounds that decision's plan as repeated until a later time, the
-        # decision this pass makes is counted, not made, as quiet_rounds() counts a round (DRF on the 3,000-job
-        # overload: 1,300 of its 8,200 decisions were made at such passes). Not in a subclass that decides,
+        # decision this pass makes is counted, not made, as quiet_rounds() counts a round (on the 3,000-job
+        # overload, of the passes that changed nothing, DRF's 1,359 -> 360 counted, LAS' 6,421 -> 923, Themis'
+        # 8,857 -> 1,011; the rest follow a plan that acted, or a bound time passed). Not in a subclass that decides,
         # carries plans out or budgets decisions its own way (learner_at_a_time, forecast), nor with a placer
         # whose answers change with time (its wake-ups follow every decision made).
         counts_stale = (self.counts_stale and not wakes and type(self).decide is _Run.decide
