@@ -1,0 +1,61 @@
+"""A loop pass that changed nothing since the last decision (it popped only stale attempt ends, of attempts
+preempted or moved since, or it is a timer round) is counted, not decided, where quiet_until() bounds the last
+plan as repeated until a later time (simulator._Run.run, counts_stale). A run that decides at every such pass
+must write exactly what a run that counts them writes: every job's record, the summary (decisions counted
+included) and the timeline, with fewer decisions made."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from loadmaster.sim import simulator
+from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.traces import load_cluster
+from loadmaster.traces.synth import synthesize
+
+
+def _run(policy: str, seed: int, placement: str, cluster: str, counts: bool, jobs: int = 60,
+         options: dict[str, object] | None = None) -> tuple[object, int]:
+    """Everything the run writes (records, summary without its wall time, timeline) and the decisions made."""
+    gpus = load_cluster(cluster).total_gpus
+    workload = synthesize("philly", jobs, seed, cluster_gpus=gpus, load=1.6, cpu_demands=bool(seed % 2))
+    made = [0]
+    decide = simulator._Run.decide
+
+    def counted(run: simulator._Run) -> object:
+        made[0] += 1
+        return decide(run)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(simulator._Run, "decide", counted)
+        mp.setattr(simulator._Run, "counts_stale", counts)
+        run = simulate(workload, load_cluster(cluster),
+                       RunOptions(policy=policy, placement=placement, **(options or {})))  # type: ignore[arg-type]
+    summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
+    timeline = run.result.timeline
+    written = (summary, [repr(r) for r in run.result.records],
+               (list(timeline.times), list(timeline.busy_gpus), list(timeline.queued)))
+    return written, made[0]
+
+
+@settings(max_examples=16, deadline=None)
+@given(st.integers(0, 10**6), st.sampled_from(["pack", "spread"]), st.sampled_from(["4x4", "4x8", "8x2"]),
+       st.sampled_from(["drf", "las", "themis", "srtf", "fifo", "fair-fifo"]),
+       st.sampled_from([{}, {"smoke_test_s": 120.0}, {"vc_queue": 3}, {"until_s": 20_000.0}]))
+def test_counting_passes_that_changed_nothing_changes_no_result(seed: int, placement: str, cluster: str,
+                                                                policy: str, options: dict[str, object]) -> None:
+    counted, made_counting = _run(policy, seed, placement, cluster, True, options=options)
+    deciding, made_deciding = _run(policy, seed, placement, cluster, False, options=options)
+    assert counted == deciding
+    assert made_counting <= made_deciding
+
+
+@pytest.mark.parametrize("policy", ["drf", "las", "themis"])
+def test_overloaded_runs_count_passes_that_changed_nothing(policy: str) -> None:
+    # The count must happen on an overloaded run of each, or the test above compares a run with itself.
+    counted, made_counting = _run(policy, 3, "pack", "4x4", True, jobs=120)
+    deciding, made_deciding = _run(policy, 3, "pack", "4x4", False, jobs=120)
+    assert counted == deciding
+    assert made_counting < made_deciding
