@@ -3,6 +3,8 @@ for tests that compare a run which skips rounds with one that makes every round.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import pytest
 
 from loadmaster.core.cluster import Cluster
@@ -11,9 +13,12 @@ from loadmaster.sim import simulator
 from loadmaster.sim.experiment import RunOptions, simulate
 
 
-def simulate_counting(workload: Workload, cluster: Cluster, options: RunOptions
+def simulate_counting(workload: Workload, cluster: Cluster, options: RunOptions,
+                      run_attrs: Mapping[str, object] | None = None, timeline: bool = False
                       ) -> tuple[dict[str, object], list[str], int]:
-    """The run's summary (without its wall time), every job's record as text, and the decisions made."""
+    """The run's summary (without its wall time), every job's record as text (then the timeline's, with
+    `timeline`: a run that skips rounds records fewer points), and the decisions made. `run_attrs`: class
+    attributes of the simulator's run to set for it."""
     made = [0]
     decide = simulator._Run.decide
 
@@ -23,6 +28,12 @@ def simulate_counting(workload: Workload, cluster: Cluster, options: RunOptions
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(simulator._Run, "decide", counted)
+        for name, value in (run_attrs or {}).items():
+            mp.setattr(simulator._Run, name, value)
         run = simulate(workload, cluster, options)
     summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
-    return summary, [repr(r) for r in run.result.records], made[0]
+    written = [repr(r) for r in run.result.records]
+    if timeline:
+        line = run.result.timeline
+        written.append(repr((list(line.times), list(line.busy_gpus), list(line.queued))))
+    return summary, written, made[0]

@@ -10,10 +10,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from loadmaster.sim import simulator
-from loadmaster.sim.experiment import RunOptions, simulate
+from loadmaster.sim.experiment import RunOptions
 from loadmaster.traces import load_cluster
 from loadmaster.traces.synth import synthesize
+from tests.sim.decisions_made import simulate_counting
 
 
 def _run(policy: str, seed: int, placement: str, cluster: str, counts: bool, jobs: int = 60,
@@ -21,23 +21,11 @@ def _run(policy: str, seed: int, placement: str, cluster: str, counts: bool, job
     """Everything the run writes (records, summary without its wall time, timeline) and the decisions made."""
     gpus = load_cluster(cluster).total_gpus
     workload = synthesize("philly", jobs, seed, cluster_gpus=gpus, load=1.6, cpu_demands=bool(seed % 2))
-    made = [0]
-    decide = simulator._Run.decide
-
-    def counted(run: simulator._Run) -> object:
-        made[0] += 1
-        return decide(run)
-
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(simulator._Run, "decide", counted)
-        mp.setattr(simulator._Run, "counts_stale", counts)
-        run = simulate(workload, load_cluster(cluster),
-                       RunOptions(policy=policy, placement=placement, **(options or {})))  # type: ignore[arg-type]
-    summary = {k: v for k, v in run.summary.items() if k != "wall_time_s"}
-    timeline = run.result.timeline
-    written = (summary, [repr(r) for r in run.result.records],
-               (list(timeline.times), list(timeline.busy_gpus), list(timeline.queued)))
-    return written, made[0]
+    summary, written, made = simulate_counting(
+        workload, load_cluster(cluster),
+        RunOptions(policy=policy, placement=placement, **(options or {})),  # type: ignore[arg-type]
+        {"counts_stale": counts}, timeline=True)
+    return (summary, written), made
 
 
 @settings(max_examples=16, deadline=None)
