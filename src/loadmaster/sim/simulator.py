@@ -249,7 +249,7 @@ class _Run:
         wakes = not self.placer_static or type(self).placer_wake is not _Run.placer_wake
         # A pass that popped only stale attempt ends (of attempts preempted, moved or resized since they were
         # scheduled) with no arrival, no attempt end and no wake-up due changed nothing but the clock since the
-        # last decision: where quiet_until() bounds that decision's plan as repeated until a later time, the
+        # last decision: where quiet_at_pass() bounds that decision's plan as repeated until a later time, the
         # decision this pass makes is counted, not made, as quiet_rounds() counts a round (on the 3,000-job
         # overload, of the passes that changed nothing, DRF's 1,359 -> 360 counted, LAS' 6,421 -> 923, Themis'
         # 8,857 -> 1,011; the rest follow a plan that acted, or a bound time passed). Not in a subclass that decides,
@@ -258,7 +258,8 @@ class _Run:
         counts_stale = (self.counts_stale and not wakes and type(self).decide is _Run.decide
                         and type(self).apply is _Run.apply and type(self).may_decide is _Run.may_decide)
         plan: Plan | None = None  # the last decision made
-        settled: float | None = None  # quiet_until(plan), once worked out (None: not yet)
+        settled: float | None = None  # quiet_at_pass(plan), once worked out (None: not yet)
+        spans_gap = type(self.sim.policy).next_change_spans is not Policy.next_change_spans
         hits = misses = 0  # bounds worked out at such a pass that let it be counted, or did not
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
@@ -309,7 +310,7 @@ class _Run:
                     # overload 2,217 of its 2,549 such bounds came before the pass; DRF's and LAS's nearly
                     # never do). A fixed count, so runs repeat exactly.
                     if misses - hits < 64:
-                        settled = self.quiet_until(plan)
+                        settled = self.quiet_at_pass(plan)
                         if t < settled:
                             hits += 1
                         else:
@@ -320,7 +321,8 @@ class _Run:
                     self.decisions += 1
                     if round_s:
                         next_round = t + round_s
-                        quiet_until = settled  # the rounds after it repeat that plan as well
+                        # The rounds after it repeat that plan as well (with spans, those between them too).
+                        quiet_until = self.quiet_until(plan) if spans_gap else settled
                     counted = True
             if not counted and (queued or ((self.growable or (self.reauctions and running))
                                                    and self.busy < self.cluster.total_gpus)):
@@ -341,7 +343,10 @@ class _Run:
                     t_next = min(jobs[next_arrival].submit_time_s if next_arrival < n else math.inf,
                                  events[0] if events else math.inf, next_wake)
                     if next_round < t_next:
-                        quiet_until = settled = self.quiet_until(plan)
+                        quiet_until = self.quiet_until(plan)
+                        # The same bound for a pass at any clock, unless the policy's spans leave out some
+                        # (a pass may fall inside a span that holds no round): then worked out at the pass.
+                        settled = None if spans_gap else quiet_until
                     else:
                         quiet_until = -math.inf
             if times and times[-1] == t:
@@ -401,6 +406,15 @@ class _Run:
         the plan left would change nothing, nor would any until an event (Session.changes_nothing: DRF where
         every class is pruned, after 2,817 of the 3,573 plans that acted on the 3,000-job overload and were
         asked); the rounds before the Session's next_change_s() are then skipped."""
+        return self._quiet(plan, rounds=True)
+
+    def quiet_at_pass(self, plan: Plan) -> float:
+        """After a decision, until when a decision at any clock is known to repeat it (a loop pass that changed
+        nothing since, at a clock that need not be a round's): quiet_until() without skipping the spans that
+        hold no round (Policy.next_change_spans), since such a pass may fall inside one."""
+        return self._quiet(plan, rounds=False)
+
+    def _quiet(self, plan: Plan, rounds: bool) -> float:
         if self.sim.placer.time_dependent_key:
             # Its answers change with the time jobs have waited (locality relaxes), displacements included:
             # every round is made.
@@ -412,15 +426,15 @@ class _Run:
                 return -math.inf  # (a subclass that decides without the Session: learner_at_a_time)
             return self.session.next_change_s()  # the policy's answers then hold until an event
         spans = self.sim.policy.next_change_spans(self.snap, self.session.heads())
-        return min(self.session.next_change_s(), self.first_round_within(spans))
+        first = self.first_round_within(spans) if rounds else spans[0][0] if spans else math.inf
+        return min(self.session.next_change_s(), first)
 
     def first_round_within(self, spans: Sequence[tuple[float, float]]) -> float:
         """The first clock of a span (Policy.next_change_spans) that holds one of the rounds after this decision
         (the run loop's: this clock + round_s, + round_s, ..., the same float sums): the rounds before it
         fall between spans and change nothing (LAS: checkpoint windows that overlap for less than a round)."""
         round_s = self.sim.policy.round_s
-        if not round_s:  # no rounds (a stale pass of a policy without a timer): the first clock of any span
-            return spans[0][0] if spans else math.inf
+        assert round_s
         at = self.clock + round_s
         for first, last in spans:
             if last == math.inf or first == math.inf:
