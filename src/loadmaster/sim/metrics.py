@@ -210,6 +210,12 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
         # Rows are joined into one text per batch of _BATCH and written at once; a row that needs quoting
         # writes the batch first, so that rows stay in order.
         batch: list[str] = []
+
+        def flush() -> None:
+            if batch:
+                f.write("\r\n".join(batch) + "\r\n")
+                batch.clear()
+
         for r in records:
             s = r.spec
             submit = s.submit_time_s
@@ -234,15 +240,11 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
             if line.count(",") == _SEPARATORS and _QUOTED.search(line) is None:
                 batch.append(line)
                 if len(batch) == _BATCH:
-                    f.write("\r\n".join(batch) + "\r\n")
-                    batch.clear()
+                    flush()
             else:
-                if batch:
-                    f.write("\r\n".join(batch) + "\r\n")
-                    batch.clear()
+                flush()
                 w.writerow([fmt % v for fmt, v in zip(formats[absent], values, strict=True)])
-        if batch:
-            f.write("\r\n".join(batch) + "\r\n")
+        flush()
 
 
 def _row_formats(not_started: bool, not_finished: bool, no_rho: bool) -> tuple[str, ...]:
