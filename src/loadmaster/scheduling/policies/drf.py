@@ -35,6 +35,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
+from loadmaster.scheduling.placement.base import bucket_room, bucket_slots
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
@@ -549,18 +550,11 @@ class _SkippingProgressiveOrder:
 
 def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
     """How many of `learners` learners of `per_learner` GPUs the servers' free GPUs hold, each server counted
-    up to `learners` (placement.base.failure_reason's count, over every server), or `learners` once reached."""
+    up to `learners` (placement.base.failure_reason's count, over every server)."""
     buckets = snap.free_buckets
     if buckets is None:
         return int(np.minimum(np.floor_divide(snap.free_gpus + 1e-6, per_learner), learners).sum())
-    room = 0
-    for free, servers in buckets.items():
-        k = (free + 1e-6) // per_learner
-        if k > 0:
-            room += min(int(k), learners) * len(servers)
-            if room >= learners:
-                return learners
-    return room
+    return bucket_room(bucket_slots(buckets, per_learner, 0, len(snap.free_gpus)), learners)
 
 
 def _gang_gpus(cls: JobClass) -> int:
