@@ -40,7 +40,7 @@ def test_counting_passes_that_changed_nothing_changes_no_result(seed: int, place
     assert made_counting <= made_deciding
 
 
-@pytest.mark.parametrize("policy", ["drf", "las", "themis"])
+@pytest.mark.parametrize("policy", ["drf", "las", "themis", "srtf"])
 def test_overloaded_runs_count_passes_that_changed_nothing(policy: str) -> None:
     # The count must happen on an overloaded run of each, or the test above compares a run with itself.
     counted, made_counting = _run(policy, 3, "pack", "4x4", True, jobs=120)

@@ -261,6 +261,7 @@ class _Run:
         settled: float | None = None  # quiet_at_pass(plan), once worked out (None: not yet)
         spans_gap = type(self.sim.policy).next_change_spans is not Policy.next_change_spans
         hits = misses = 0  # bounds worked out at such a pass that let it be counted, or did not
+        settles = self.session.settles  # whether a plan that acted may be bounded at all (_quiet)
         while True:
             t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
             t_event = events[0] if events else inf
@@ -308,8 +309,13 @@ class _Run:
                     # Worked out here only while it pays: a bound that counts nothing cost a policy call for
                     # nothing (Themis values every running job for it, ~ a decision, and on the 3,000-job
                     # overload 2,217 of its 2,549 such bounds came before the pass; DRF's and LAS's nearly
-                    # never do). A fixed count, so runs repeat exactly.
-                    if misses - hits < 64:
+                    # never do). A fixed count, so runs repeat exactly. A plan that acted has no bound unless
+                    # the Session may know it changes nothing (Session.settles): that costs nothing to know, and
+                    # is not counted (SRTF's 1,504 such passes on that overload used up the budget before its
+                    # 680 passes after a plan that did not act, 652 of which its next_change_s bounds).
+                    if not (plan.empty or settles):
+                        settled = -inf
+                    elif misses - hits < 64:
                         settled = self.quiet_at_pass(plan)
                         if t < settled:
                             hits += 1

@@ -443,6 +443,17 @@ class SrtfPolicy(KeyedPolicy):
         # A millisecond early: rounding must not reach the checkpoint before this says.
         return float(at.min()) - 1e-3
 
+    def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
+        """answers_hold_until(): after a decision that changed nothing, the same running jobs, free GPUs and
+        queue at a later clock get the same answers until a running job's checkpoint may let a waiting job
+        displace it. A failed displacement leaves the job the reason its placement gave (decide.py's
+        place_by_preempting), so the Waits repeat too. `heads` must be each class's first job (the Session's
+        heads()): a later one, with more remaining work, may displace fewer. Running elastic jobs may be
+        shrunk or grown, which answers_hold_until() does not follow: no bound then."""
+        if snap.running_elastic:
+            return snap.clock
+        return self.answers_hold_until(snap, heads)
+
     def decision_class(self, snap: Snapshot, job: JobView) -> Hashable | None:
         # Jobs are ranked by rising remaining work, and a job may displace those whose gain exceeds its own
         # remaining work: a later job of the same shape may displace a subset of an earlier one's victims,
