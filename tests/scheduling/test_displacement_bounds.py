@@ -11,10 +11,14 @@ ranked by progressive filling over the whole queue (no class left out)."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.policies import srtf
 from loadmaster.scheduling.policies.base import Gate
 from loadmaster.scheduling.policies.srtf import SrtfPolicy
 from loadmaster.scheduling.policies.themis import ThemisPolicy
@@ -170,3 +174,19 @@ def test_themis_gives_up_where_no_preferred_type_could_take_the_gang() -> None:
     reference = decide(snap, _ThemisWithoutBound(), make_placer("pack"))
     assert (plan.starts, plan.preempts, plan.waits) == (reference.starts, reference.preempts, reference.waits)
     assert not plan.starts and not plan.preempts
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from((0, 10**9)))
+def test_srtf_counts_the_jobs_gaining_more_alike_from_a_list_or_the_array(seed: int, array_from: int) -> None:
+    # _Gains.above() bisects the sorted gains as a list for a few dozen running jobs and as the array itself
+    # from _BISECT_ARRAY_FROM on: both must count the jobs whose gain exceeds the remaining work asked about,
+    # a gain equal to it (a tie) included in neither.
+    snap, _ = _running_world(seed)
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(srtf, "_BISECT_ARRAY_FROM", array_from)
+        memo = srtf.SrtfPolicy()._by_snapshot(snap)
+    gains = memo.gains.tolist()
+    assert memo.most == max(gains, default=-math.inf)
+    for want in [*gains, -1e9, 0.0, 1e9, *(g + 0.5 for g in gains), *(g - 0.5 for g in gains)]:
+        assert memo.above(want) == sum(g > want for g in gains)
