@@ -535,7 +535,8 @@ class SrtfPolicy(KeyedPolicy):
         at most floor(x / GPUs per learner) learners. A job moved in this call counts again: looser, still
         a bound. GPU counts are whole numbers, so every sum is exact in any order.
 
-        The count only grows as candidates are released, so the walk stops once it holds the gang, and the
+        The GPUs in all first (most answers on the 3k overload are a "no" they give), then the room; both
+        counts only grow as candidates are released, so each walk stops once it reaches the gang, and the
         candidates are taken in any order: by_gain()'s first `k` are the same jobs as order()'s, without the
         victim order's sort (on Philly's cluster hundreds of jobs may gain more than a waiting job's work)."""
         spec = job.spec
@@ -543,6 +544,20 @@ class SrtfPolicy(KeyedPolicy):
         per = spec.gpus_per_learner
         if per <= 0:
             return True  # a gang of no GPUs needs none
+        jobs, released = memo.jobs, gate.released
+        candidates = memo.by_gain()[:k]
+        need = learners * per - 1e-9
+        total = free.total_gpus
+        if total < need:
+            for i in candidates:
+                v = jobs[i]
+                a = v.allocation
+                if a is not None and v.job_id not in released:
+                    total += len(a.learner_nodes) * a.gpus_per_learner
+                    if total >= need:
+                        break
+            else:
+                return False
         point = (gate.changes, free.version)
         if gate.point != point:
             gate.point, gate.point_gpus, gate.point_room = point, free.gpus.tolist(), {}
@@ -552,9 +567,8 @@ class SrtfPolicy(KeyedPolicy):
             room = gate.point_room[per] = int(np.floor_divide(free.gpus + 1e-9, per).sum())
         if room >= learners:
             return True
-        jobs, released = memo.jobs, gate.released
         now: dict[int, float] = {}  # server -> its free GPUs with the candidates walked so far released
-        for i in memo.by_gain()[:k]:
+        for i in candidates:
             v = jobs[i]
             a = v.allocation
             if a is None or v.job_id in released:
