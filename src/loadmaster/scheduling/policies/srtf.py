@@ -125,7 +125,7 @@ class _Running:
     cost (4.4 s of CPU); with a few dozen (the 3k overload) four reads cost less than the matching, so it is
     done from _REUSE_FROM views on."""
 
-    __slots__ = ("_from", "_lazy", "as_of", "done", "duration", "ids", "jobs", "rate")
+    __slots__ = ("_from", "_lazy", "as_of", "done", "duration", "jobs", "rate")
 
     def __init__(self, jobs: Sequence[JobView], prev: _Running | None = None) -> None:
         self.jobs = jobs
@@ -133,17 +133,14 @@ class _Running:
         # Where the shared rows are: the last tuple's arrays, its runs and how many views they make (None: none).
         self._from: tuple[_Running, list[tuple[int, int]], int] | None = None
         n = len(jobs)
-        self.ids: npt.NDArray[np.int64] | None = None
         runs: list[tuple[int, int]] = []
         fresh = jobs
-        if n >= _REUSE_FROM:
-            # id() of views the last tuple holds (alive, so no other object has their id) or of this one's.
-            ids = self.ids = np.fromiter(map(id, jobs), np.int64, n)
-            if prev is not None and prev.ids is not None:
-                runs, shared = _shared(prev.ids, ids)
-                fresh = jobs[shared:]
-                prev._from = None  # the last tuple's rows are all read by now, or never will be
-                self._from = (prev, runs, shared)
+        shares = n >= _REUSE_FROM
+        if shares and prev is not None and len(prev.jobs) >= _REUSE_FROM:
+            runs, shared = _shared(prev.jobs, jobs)
+            fresh = jobs[shared:]
+            prev._from = None  # the last tuple's rows are all read by now, or never will be
+            self._from = (prev, runs, shared)
         cols = [np.fromiter(map(get, fresh), np.float64, len(fresh)) for get in _COLUMNS]
         if runs:
             assert prev is not None
@@ -153,7 +150,7 @@ class _Running:
         self.rate: npt.NDArray[np.float64] = cols[1]
         self.as_of: npt.NDArray[np.float64] = cols[2]
         self.duration: npt.NDArray[np.float64] = cols[3]
-        if self.ids is not None:
+        if shares:
             # Where rows are shared, the columns read on first use are read now too, for the fresh rows alone:
             # one the last tuple did not read would be read for every view (on Philly's cluster the victim
             # order's start times, at 1,471 displacement searches: 511,000 reads, 0.2 s).
@@ -180,30 +177,40 @@ class _Running:
         return col
 
 
-# From how many running views _Running matches a new tuple with the last one (measured on tuples that lose one
-# or two views and gain as many, per tuple: 64 views 26 us to read, 59 to match; 128: 69 / 77; 256: 114 / 99;
-# 874: 367 / 183), and how many runs of shared views it follows before it reads the rest afresh.
-_REUSE_FROM = 192
+# From how many running views _Running matches a new tuple with the last one (measured on tuples that lose two
+# views and gain as many, per tuple, start times included: 64 views 24 us to read, 32 to match; 128: 46 / 36;
+# 256: 93 / 42; 874: 329 / 61), and how many runs of shared views it follows before it reads the rest afresh.
+_REUSE_FROM = 128
 _MAX_GAPS = 8
 # From how many running jobs _Gains bisects the sorted gains as an array, not a list (870 gains: 17 us to make
 # the list; a bisect on the array 0.7 us more than on a list, asked ~2 times per snapshot on Philly's cluster).
 _BISECT_ARRAY_FROM = 192
 
 
-def _shared(old: npt.NDArray[np.int64], new: npt.NDArray[np.int64]) -> tuple[list[tuple[int, int]], int]:
-    """The runs (start, end) of the last tuple's views that the new one begins with, in order, compared by id()
-    in C, and how many views of the new one they make. A shell's new tuple is the last one less the views
-    that left (each ends a run) and then the others, which are read afresh (so is a view found out of order:
-    a row is only ever taken for the same object)."""
+def _shared(old: Sequence[JobView], new: Sequence[JobView]) -> tuple[list[tuple[int, int]], int]:
+    """The runs (start, end) of the last tuple's views that the new one begins with, in order, and how many
+    views of the new one they make. A shell's new tuple is the last one less the views that left (each ends a
+    run) and then the others, which are read afresh. Each run's end is bisected on "the same view at the same
+    offset" (true up to the first view that left, false past it, in such a tuple) and the run is then compared
+    whole, in C (identical or equal views: equal rows); where that fails (views out of order, a view twice) the
+    rest is read afresh. At 870 running views this costs ~10 us a tuple, the id() of every view 33 us."""
     runs: list[tuple[int, int]] = []
     i = j = 0
     for _ in range(_MAX_GAPS):
         size = min(len(old) - i, len(new) - j)
         if size <= 0:
             break
-        differ = np.flatnonzero(old[i:i + size] != new[j:j + size])
-        run = int(differ[0]) if differ.size else size
+        lo, hi = 0, size
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if old[i + mid] is new[j + mid]:
+                lo = mid + 1
+            else:
+                hi = mid
+        run = lo
         if run:
+            if old[i:i + run] != new[j:j + run]:
+                break
             runs.append((i, i + run))
         i += run + 1  # old[i + run] left
         j += run
