@@ -10,7 +10,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from loadmaster.scheduling.plan import Plan
 from loadmaster.sim.experiment import RunOptions
+from loadmaster.sim.simulator import _Run
 from loadmaster.traces import load_cluster, load_workload
 from loadmaster.traces.synth import synthesize
 from tests.sim.decisions_made import simulate_counting
@@ -60,3 +62,21 @@ def test_a_pass_inside_a_span_that_holds_no_round_is_decided(policy: str) -> Non
     deciding = simulate_counting(workload, cluster, options, {"counts_stale": False}, timeline=True)
     assert counted[:2] == deciding[:2]
     assert counted[2] < deciding[2]
+
+
+def test_a_plan_that_acted_spends_no_bound_where_the_session_cannot_settle() -> None:
+    # After a plan that acted, a pass is bounded only by Session.changes_nothing, which SRTF's Session never
+    # answers (no settles_every_class): the pass is decided without asking quiet_at_pass(), so that the budget
+    # of bounds that let nothing be counted is left to the plans that did not act (on the 3,000-job overload
+    # SRTF's 1,504 passes after a plan that acted used it up before 652 passes its next_change_s bounds).
+    asked: list[bool] = []
+    real = _Run.quiet_at_pass
+
+    def quiet_at_pass(self: _Run, plan: Plan) -> float:
+        asked.append(plan.empty)
+        return real(self, plan)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(_Run, "quiet_at_pass", quiet_at_pass)
+        _run("srtf", 3, "pack", "4x4", True, jobs=120)
+    assert asked and all(asked)
