@@ -188,6 +188,19 @@ def test_las_het_prefers_the_types_the_job_runs_fastest_on() -> None:
     assert pol.type_preference(Snapshot.idle(0, cluster(4), (plain,)), plain) is None
 
 
+def test_las_het_works_out_a_preference_once_per_cluster_types_and_job_speeds() -> None:
+    # Asked at every start: the order follows the cluster's types and the job's speeds alone, so a later job
+    # with the same speeds (or none), on another snapshot, gets the list worked out for the first.
+    c = _three_types()
+    pol = HetLasPolicy()
+    plain, other = queued(job("plain")), queued(job("other", submit=5))
+    own = queued(job("own", type_speed=(("k80", 3.0), ("p100", 1.0), ("v100", 2.0))))
+    first = pol.type_preference(Snapshot.idle(0, c, (plain,)), plain)
+    assert pol.type_preference(Snapshot.idle(10, c, (other,)), other) is first
+    assert pol.type_preference(Snapshot.idle(10, c, (own,)), own) == ["k80", "v100", "p100"]
+    assert first == ["v100", "p100", "k80"]
+
+
 # -- priority -----------------------------------------------------------------------------------------
 def test_priority_preempts_lower_classes_only() -> None:
     c = cluster(4)
