@@ -232,9 +232,12 @@ class FairFifoPolicy(FairPolicy):
         return QuotaGate(snap, self._quotas(snap), self.heads(snap))
 
     def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
-        # fair's answer, and the quota left kept for the tenant's head (the job itself when it is the one queued).
+        # fair's answer, and the quota left kept for the tenant's head: none to keep where the job is the one
+        # queued (start_alone's case: it heads its tenant), so the heads are not worked out then.
         if not super().admits_alone(snap, job):
             return False
+        if len(snap.queued) == 1 and snap.queued[0] is job:
+            return True
         tenant = job.spec.tenant
         return not kept_for_head(self.heads(snap).get(tenant), job, snap.tenant_gpus.get(tenant, 0),
                                  quota_of(self._quotas(snap), tenant))
