@@ -1,9 +1,10 @@
 """fair-fifo: fair with Philly's FIFO within a VC (a VC's head job keeps the quota that frees for itself)."""
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import JobView, Snapshot, TenantQuota, Wait, WaitReason, decide, make_placer, make_policy
+from loadmaster.scheduling.policies.fair import FairFifoPolicy
 from loadmaster.scheduling.session import Session
 from tests.helpers import cluster, job, queued
 
@@ -158,3 +159,35 @@ def test_a_vc_flipping_between_held_and_no_capacity_reuses_its_waits() -> None:
     waiting = [v for v in waiting if v.job_id != "s1"]
     assert all("s1" not in made for made in session._waits.values())
     assert check((ra1, ra2, rb)) == {"wide": held["wide"], "s2": held["s2"]}
+
+
+def test_a_lone_arrival_that_starts_at_once_is_decided_without_the_marks() -> None:
+    """Most arrivals start alone (Session._decide_alone): with no job classified no class rests on who heads
+    each VC, so marked_jobs() is not asked then; a walk that classifies jobs works the marks out first."""
+    asked: list[float] = []
+
+    class Counting(FairFifoPolicy):
+        def marked_jobs(self, snap: Snapshot) -> Collection[str]:
+            asked.append(snap.clock)
+            return super().marked_jobs(snap)
+
+    c = cluster(4, 4)
+    quotas = {"A": TenantQuota("A", 4, 0), "B": TenantQuota("B", 4, 0)}
+    session = Session(Counting(), make_placer("pack"))
+    session.add(queued(job("lone", gpus=1, tenant="A", submit=1)))
+    plan = session.decide(Snapshot.build(1, c, [4, 4], [32, 32], [256, 256], session.queued, (), quotas))
+    assert [s.job_id for s in plan.starts] == ["lone"] and asked == []
+    session.remove("lone")
+    running = (JobView(job("lone", gpus=1, tenant="A"), 1, allocation=Allocation("lone", (0,), 1, 0, 0), rate=1.0),)
+    waiting = (queued(job("wide", gpus=4, tenant="A", submit=2)), queued(job("small", gpus=1, tenant="A", submit=3)))
+    for view in waiting:
+        session.add(view)
+    snap = Snapshot.build(3, c, [3, 4], [32, 32], [256, 256], session.queued, running, quotas)
+    plan = session.decide(snap)
+    assert asked == [3]
+    full = decide(Snapshot.build(3, c, [3, 4], [32, 32], [256, 256], waiting, running, quotas),
+                  make_policy("fair-fifo"), make_placer("pack"))
+    assert (plan.starts, plan.preempts, plan.rejects) == (full.starts, full.preempts, full.rejects) == ((), (), ())
+    reasons = {w.job_id: w.reason for w in plan.waits}
+    assert reasons == {w.job_id: w.reason for w in full.waits} == {"wide": WaitReason.OVER_QUOTA,
+                                                                   "small": WaitReason.OVER_QUOTA}

@@ -188,7 +188,44 @@ def test_las_het_prefers_the_types_the_job_runs_fastest_on() -> None:
     assert pol.type_preference(Snapshot.idle(0, cluster(4), (plain,)), plain) is None
 
 
+def test_las_het_works_out_a_preference_once_per_cluster_types_and_job_speeds() -> None:
+    # Asked at every start: the order follows the cluster's types and the job's speeds alone, so a later job
+    # with the same speeds (or none), on another snapshot, gets the list worked out for the first.
+    c = _three_types()
+    pol = HetLasPolicy()
+    plain, other = queued(job("plain")), queued(job("other", submit=5))
+    own = queued(job("own", type_speed=(("k80", 3.0), ("p100", 1.0), ("v100", 2.0))))
+    first = pol.type_preference(Snapshot.idle(0, c, (plain,)), plain)
+    assert pol.type_preference(Snapshot.idle(10, c, (other,)), other) is first
+    assert pol.type_preference(Snapshot.idle(10, c, (own,)), own) == ["k80", "v100", "p100"]
+    assert first == ["v100", "p100", "k80"]
+
+
 # -- priority -----------------------------------------------------------------------------------------
+def test_priority_reads_the_running_classes_once_per_tuple_of_running_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
+    # preemptor() asks whether any running job is of a lower class: a shell passes the same running tuple while
+    # nobody starts or ends, and the classes are read once for it, not again at every snapshot.
+    import loadmaster.scheduling.policies.priority as priority
+
+    read: list[str] = []
+
+    def counting(view: JobView) -> int:
+        read.append(view.job_id)
+        return view.spec.priority
+
+    monkeypatch.setattr(priority, "_PRIORITY", counting)
+    c = cluster(4)
+    run = (running(job("low", gpus=2, priority=0), (0,)), running(job("mid", gpus=2, priority=1), (0,)))
+    high, same = queued(job("high", priority=2, submit=50)), queued(job("same", priority=0, submit=60))
+    pol = PriorityPolicy()
+    gate = pol.gate(busy_snapshot(100, c, run, (high,)))
+    assert pol.preemptor(busy_snapshot(100, c, run, (high,)), gate, high)
+    assert not pol.preemptor(busy_snapshot(200, c, run, (high, same)), gate, same)
+    assert sorted(read) == ["low", "mid"]
+    assert pol.preemptor(busy_snapshot(300, c, run[1:], (high,)), gate, high)  # another tuple: read again
+    assert sorted(read) == ["low", "mid", "mid"]
+
+
 def test_priority_preempts_lower_classes_only() -> None:
     c = cluster(4)
     low = running(job("low", gpus=4, duration=10_000, priority=0), (0,))

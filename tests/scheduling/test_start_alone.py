@@ -6,6 +6,7 @@ waiting, or starts it only by displacing someone)."""
 from __future__ import annotations
 
 import random
+from dataclasses import replace
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -16,6 +17,7 @@ from loadmaster.scheduling.decide import start_alone
 from loadmaster.scheduling.placement import PLACERS
 from loadmaster.scheduling.plan import Start
 from loadmaster.scheduling.policies import POLICIES
+from loadmaster.scheduling.policies.base import Policy
 from tests.scheduling.test_session import _cluster, _spec
 
 
@@ -75,3 +77,19 @@ def test_an_elastic_job_is_left_to_the_round() -> None:
                    min_learners=1, max_learners=4)
     snap = Snapshot.of_running(0.0, _cluster(random.Random(1)), (JobView(spec, 0.0),), ())
     assert start_alone(snap, make_policy("fifo"), make_placer("pack"), JobView(spec, 0.0)) is None
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(0, 10**9), st.sampled_from(sorted(POLICIES)), st.booleans())
+def test_admits_alone_is_the_gates_answer(seed: int, policy: str, behind: bool) -> None:
+    """A policy's admits_alone() (fair's and fair-fifo's answer from the snapshot, without a gate) is what a
+    gate made for the snapshot answers, also where the job is not its tenant's head of queue (`behind`: an
+    earlier job of its tenant is queued too, whose quota fair-fifo keeps)."""
+    snap, lone = _world(seed, policy, "pack")
+    if behind:
+        ahead = JobView(replace(lone.spec, job_id="ahead", submit_time_s=max(0.0, lone.spec.submit_time_s - 1.0),
+                                learners=1, gpus_per_learner=random.Random(seed).choice([1, 4, 16]),
+                                min_learners=None, max_learners=None), snap.clock)
+        snap = Snapshot.of_running(snap.clock, snap.cluster, (ahead, lone), snap.running, snap.tenants)
+    pol = make_policy(policy)
+    assert pol.admits_alone(snap, lone) == Policy.admits_alone(pol, snap, lone)

@@ -554,11 +554,8 @@ def start_alone(snap: Snapshot, policy: Policy, placer: Placer, job: JobView) ->
     spec = job.spec
     if spec.elastic:
         return None
-    # The default gate admits everything and keeps no books: not made at all for a policy that keeps it.
-    gate = None if type(policy).gate is Policy.gate else policy.gate(snap)
-    if gate is not None and type(gate) is Gate:
-        gate = None
-    if why_never(job, snap, gate) or (gate is not None and gate.admit(job, spec.gpus) is Admission.DENIED):
+    # The default gate admits everything: not asked at all for a policy that keeps it.
+    if why_never(job, snap, None) or (type(policy).gate is not Policy.gate and not policy.admits_alone(snap, job)):
         return None
     free = FreeCapacity(snap)
     learners = spec.learners

@@ -60,26 +60,14 @@ class QuotaGate(Gate):
         self.usage[t] = self.usage.get(t, 0) - job.allocation.gpus
 
     def quota(self, tenant: str) -> TenantQuota:
-        # A tenant without a configured quota has none guaranteed but may borrow idle GPUs.
-        return self.quotas.get(tenant) or TenantQuota(tenant, 0, None)
+        return quota_of(self.quotas, tenant)
 
     def admit(self, job: JobView, gpus: int) -> Admission:
         q = self.quota(job.spec.tenant)
         used = self.usage.get(job.spec.tenant, 0)
-        if self.reserved_for_head(job, used, q):
+        if self.heads is not None and kept_for_head(self.heads.get(job.spec.tenant), job, used, q):
             return Admission.DENIED
-        if used + gpus <= q.gpus:
-            return Admission.GUARANTEED
-        if used + gpus <= q.max_gpus:
-            return Admission.BORROWED
-        return Admission.DENIED
-
-    def reserved_for_head(self, job: JobView, used: int, q: TenantQuota) -> bool:
-        """Is what the tenant's quota frees kept for its head job, which is not `job`? (fair-fifo only)"""
-        if self.heads is None:
-            return False
-        head = self.heads.get(job.spec.tenant)
-        return head is not None and head.spec.job_id != job.spec.job_id and used + head.spec.gpus > q.gpus
+        return admission(q, used, gpus)
 
     def over_quota(self, tenant: str) -> bool:
         return self.usage.get(tenant, 0) > self.quota(tenant).gpus
@@ -90,6 +78,26 @@ class QuotaGate(Gate):
             return (f"needs {job.spec.gpus} GPUs but tenant {q.name} may hold at most {int(q.max_gpus)} "
                     f"(quota {q.gpus} + borrowing limit {q.borrow_limit})")
         return None
+
+
+def quota_of(quotas: Mapping[str, TenantQuota], tenant: str) -> TenantQuota:
+    # A tenant without a configured quota has none guaranteed but may borrow idle GPUs.
+    return quotas.get(tenant) or TenantQuota(tenant, 0, None)
+
+
+def admission(q: TenantQuota, used: int, gpus: int) -> Admission:
+    """`gpus` more GPUs for a tenant with quota `q` that holds `used`."""
+    if used + gpus <= q.gpus:
+        return Admission.GUARANTEED
+    if used + gpus <= q.max_gpus:
+        return Admission.BORROWED
+    return Admission.DENIED
+
+
+def kept_for_head(head: JobView | None, job: JobView, used: int, q: TenantQuota) -> bool:
+    """Is what the quota `q` of a tenant holding `used` GPUs frees kept for its head job `head` (None: it has
+    none), which is not `job`? (fair-fifo only)"""
+    return head is not None and head.spec.job_id != job.spec.job_id and used + head.spec.gpus > q.gpus
 
 
 class FairPolicy(Policy):
@@ -105,6 +113,14 @@ class FairPolicy(Policy):
 
     def gate(self, snap: Snapshot) -> QuotaGate:
         return QuotaGate(snap, self._quotas(snap))
+
+    def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
+        # The gate's answer without the gate (its copy of the usage, its calls): asked at most arrivals, it
+        # was three quarters of what fair costs over fifo on 117,000 Philly-like jobs. admission() denies
+        # whatever never_admits() refuses (the tenant holds no fewer than 0 GPUs).
+        tenant = job.spec.tenant
+        q = quota_of(self._quotas(snap), tenant)
+        return admission(q, snap.tenant_gpus.get(tenant, 0), job.spec.gpus) is not Admission.DENIED
 
     def share(self, snap: Snapshot, tenant: str) -> float:
         """GPUs the tenant holds over its quota (infinite without one): tenants furthest below go first."""
@@ -214,6 +230,17 @@ class FairFifoPolicy(FairPolicy):
 
     def gate(self, snap: Snapshot) -> QuotaGate:
         return QuotaGate(snap, self._quotas(snap), self.heads(snap))
+
+    def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
+        # fair's answer, and the quota left kept for the tenant's head: none to keep where the job is the one
+        # queued (start_alone's case: it heads its tenant), so the heads are not worked out then.
+        if not super().admits_alone(snap, job):
+            return False
+        if len(snap.queued) == 1 and snap.queued[0] is job:
+            return True
+        tenant = job.spec.tenant
+        return not kept_for_head(self.heads(snap).get(tenant), job, snap.tenant_gpus.get(tenant, 0),
+                                 quota_of(self._quotas(snap), tenant))
 
     def marked_jobs(self, snap: Snapshot) -> Collection[str]:
         # Who is a VC's head changes whenever another job of the VC leaves or joins the queue: a Session

@@ -29,7 +29,6 @@ from loadmaster.scheduling.policies.las import (
     HetLasPolicy,
 )
 from loadmaster.scheduling.policies.srtf import DEFAULT_CHECKPOINT_INTERVAL_S, DEFAULT_RESTART_OVERHEAD_S
-from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 DEFAULT_MIN_SPEED = 0.4
 
@@ -53,20 +52,12 @@ class GavelLasPolicy(HetLasPolicy):
                          type_speed)
         self.min_speed = min_speed
         self.advantage = advantage
-        # Per (cluster types, job speeds): the accepted types in order. Both are immutable, and a trace has few
-        # distinct speed tuples, so this stays small.
-        self._prefs: dict[tuple[tuple[str, ...], tuple[tuple[str, float], ...]], list[str]] = {}
 
-    def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
-        spec = job.spec
-        types = snap.cluster.gpu_types
-        if spec.type_speed is None or len(types) <= 1 or spec.gpus_per_learner == 0:
-            return super().type_preference(snap, job)
-        key = (tuple(types), spec.type_speed)
-        found = self._prefs.get(key)
-        if found is None:
-            found = self._prefs[key] = self._accepted(types, dict(spec.type_speed))
-        return found
+    def _preference(self, types: tuple[str, ...], speeds: tuple[tuple[str, float], ...] | None) -> list[str]:
+        # A job without speeds of its own gets las-het's order: nothing sets it apart from a typical job.
+        if speeds is None:
+            return super()._preference(types, speeds)
+        return self._accepted(types, dict(speeds))
 
     def _accepted(self, types: Sequence[str], own: Mapping[str, float]) -> list[str]:
         best = max((own.get(t, 0.0) for t in types), default=0.0)

@@ -37,7 +37,10 @@ class PriorityPolicy(KeyedPolicy):
                  restart_overhead_s: float = DEFAULT_RESTART_OVERHEAD_S) -> None:
         self.checkpoint_interval_s = checkpoint_interval_s
         self.restart_overhead_s = restart_overhead_s
-        self._lowest: tuple[Snapshot, int | None] | None = None  # lowest running class, per snapshot
+        # The lowest class running, per tuple of running jobs: a shell passes the same tuple while nobody starts
+        # or ends (arrivals that wait). Scanning ~900 running jobs per snapshot was most of what priority cost
+        # over fifo on 117,000 Philly-like jobs; per tuple, 9,289 scans instead of 10,983.
+        self._lowest: tuple[tuple[JobView, ...], int | None] | None = None
 
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (-float(job.spec.priority),)
@@ -62,9 +65,10 @@ class PriorityPolicy(KeyedPolicy):
     def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
         # Is any running job of a lower class? Checked before decide() sorts every running job as a
         # victim: with one class (every trace without priorities) nobody can ever be displaced.
+        running = snap.running
         lowest = self._lowest
-        if lowest is None or lowest[0] is not snap:
-            lowest = self._lowest = (snap, min(map(_PRIORITY, snap.running), default=None))
+        if lowest is None or lowest[0] is not running:
+            lowest = self._lowest = (running, min(map(_PRIORITY, running), default=None))
         return lowest[1] is not None and lowest[1] < job.spec.priority
 
     def answers_hold_until(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
