@@ -243,7 +243,8 @@ class _Round:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
             self.ranked: list[JobView] = list(queued)
-            self.offered = frozenset(j.job_id for j in queued)
+            # From the list just made: no second pass over a shell's lazy queue, no generator.
+            self.offered = frozenset([self.ranked[0].spec.job_id] if self.ranked else ())
             return
         if len(queued) >= _VECTOR_MIN:
             self._rank_vectorized(queued)
