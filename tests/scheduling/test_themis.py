@@ -7,10 +7,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import loadmaster.scheduling.policies.themis as themis_module
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
-from loadmaster.core.profiles import max_cpu_speed
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer
 from loadmaster.scheduling.policies import POLICIES, make_policy
 from loadmaster.scheduling.policies.themis import ThemisPolicy, _ideal_s, _rho_if_preempted
@@ -544,52 +542,3 @@ def test_what_is_kept_between_snapshots_answers_as_a_fresh_policy_does(snaps: li
     kept = ThemisPolicy(fairness_knob=f)
     for snap in snaps:
         assert _answers(kept, snap) == _answers(ThemisPolicy(fairness_knob=f), snap)
-
-
-def _answers_filtering_with_numpy(p: ThemisPolicy, snap: Snapshot, numpy: bool) -> list[object]:
-    """_answers() with victims()' numpy filter of the running jobs always (numpy) or never used."""
-    saved = themis_module._VICTIM_ROWS_MIN
-    themis_module._VICTIM_ROWS_MIN = 0 if numpy else 1 << 30
-    try:
-        return _answers(p, snap)
-    finally:
-        themis_module._VICTIM_ROWS_MIN = saved
-
-
-@settings(max_examples=60, deadline=None)
-@given(evolving(), st.sampled_from([0.0, 0.8]))
-def test_the_numpy_lease_filter_keeps_every_victim_the_loop_keeps(snaps: list[Snapshot], f: float) -> None:
-    # On a big cluster victims() first drops the jobs within their lease or too narrow with numpy, over numbers
-    # kept per view across snapshots: every answer must be the plain loop's, bit for bit.
-    kept = ThemisPolicy(fairness_knob=f)
-    for snap in snaps:
-        assert _answers_filtering_with_numpy(kept, snap, True) == _answers_filtering_with_numpy(
-            ThemisPolicy(fairness_knob=f), snap, False)
-
-
-@settings(max_examples=100, deadline=None)
-@given(contested(), st.sampled_from([0.0, 0.5, 0.8]))
-def test_the_numpy_lease_filter_skips_narrow_jobs_as_the_loop_does(snap: Snapshot, f: float) -> None:
-    # The contested cluster's wide and narrow gangs, asked at rho <= 1 too (only wide gangs may qualify).
-    assert _answers_filtering_with_numpy(ThemisPolicy(fairness_knob=f), snap, True) == (
-        _answers_filtering_with_numpy(ThemisPolicy(fairness_knob=f), snap, False))
-
-
-@settings(max_examples=100, deadline=None)
-@given(contested(), st.integers(0, 7), st.sampled_from([-1.0, 1.0, 2.0, 3.5, 4.0, 8.0, float("inf")]),
-       st.sampled_from([-1.0, 0.0, 1.0]))
-def test_the_numpy_lease_filter_drops_exactly_what_the_loop_skips(snap: Snapshot, at: int, min_gpus: float,
-                                                                  shift: float) -> None:
-    # victims()' two skips, on the filter's own: within the lease (started after the cutoff, compared at and
-    # around a job's start), and a gang no wider than min_gpus that may neither grow nor speed up.
-    running = list(snap.running)
-    started = running[at].started_at
-    assert started is not None
-    cutoff = started + shift
-    expected = [v for v in running
-                if not (v.started_at is not None and v.started_at > cutoff)
-                and not (min_gpus >= 0 and v.spec.gpus <= min_gpus and (v.spec.max_learners or 0) <= v.spec.learners
-                         and max_cpu_speed(v.spec.model, v.spec.gpus_per_learner, v.spec.cpus_per_learner) <= 1.0)]
-    policy = ThemisPolicy()
-    assert policy.lease_filter(running, cutoff, min_gpus) == expected
-    assert policy.lease_filter(running, cutoff, min_gpus) == expected  # from the kept numbers

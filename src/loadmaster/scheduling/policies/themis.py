@@ -68,7 +68,6 @@ from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
 from loadmaster.scheduling.policies.themis_quiet import quiet_until
-from loadmaster.scheduling.policies.view_rows import ViewRows
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 DEFAULT_FAIRNESS_KNOB = 0.8
@@ -131,9 +130,6 @@ _EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
 _VECTOR_MIN = 64
-# From this many running jobs on, victims() first drops those within their lease or provably too narrow with
-# numpy, over numbers kept per view (a big cluster's ~1,000 running jobs, of which a handful qualify).
-_VICTIM_ROWS_MIN = 256
 _SPEC = attrgetter("spec")
 _JOB_ID = attrgetter("job_id")
 _SUBMIT = attrgetter("submit_time_s")
@@ -155,16 +151,6 @@ def _lexsort_by_id(ids: Sequence[str], second: npt.NDArray[np.float64], first: n
     if not ((a[1:] == a[:-1]) & (b[1:] == b[:-1])).any():
         return order
     return np.lexsort((np.array(ids if among is None else _pick(ids, among)), second, first))
-
-
-def _lease_row(view: JobView) -> tuple[float, float]:
-    """victims()'s filter numbers of a running view (ViewRows keeps them): its start (-inf without one: no
-    lease), and its GPUs when it may neither grow nor speed up (NaN otherwise: never skipped as narrow)."""
-    spec = view.spec
-    fixed = ((spec.max_learners or 0) <= spec.learners
-             and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0)
-    started = view.started_at
-    return (-math.inf if started is None else started, spec.learners * spec.gpus_per_learner if fixed else math.nan)
 
 
 def _pick(items: Sequence[_T], positions: list[int]) -> list[_T]:
@@ -422,10 +408,7 @@ class _Round:
             get = known.get if known else None
             narrow = min_gpus >= 0  # else no gang is narrow enough to skip
             entries = []
-            running: Sequence[JobView] = self.snap.running
-            if len(running) >= _VICTIM_ROWS_MIN:
-                running = p.lease_filter(running, cutoff, min_gpus)
-            for v in running:
+            for v in self.snap.running:
                 started = v.started_at
                 if started is not None and started > cutoff:
                     continue
@@ -661,7 +644,6 @@ class ThemisPolicy(Policy):
         self.type_speed: Mapping[str, float] = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
         self._last: _Round | None = None
         self._facts: _ClusterFacts | None = None
-        self._lease_rows: ViewRows | None = None  # _lease_row() of the running views seen (lease_filter())
 
     def offer_count(self, queued: int) -> int:
         """How many of `queued` waiting jobs get the offer: the worst 1 - f fraction, at least one."""
@@ -678,19 +660,6 @@ class ThemisPolicy(Policy):
             facts = _ClusterFacts.of(cluster, self.type_speed)
             self._facts = facts
         return facts
-
-    def lease_filter(self, running: Sequence[JobView], cutoff: float, min_gpus: float) -> list[JobView]:
-        """The running jobs, in their order, that victims() does not skip by its first two tests: started
-        after `cutoff` (within the lease), or, with `min_gpus` >= 0, no wider than it and neither growing nor
-        speeding up. The same comparisons on the same floats, made with numpy over kept columns."""
-        rows = self._lease_rows
-        if rows is None:
-            rows = self._lease_rows = ViewRows(2, _lease_row)
-        m = rows.gather(running)
-        keep = ~(m[0] > cutoff)
-        if min_gpus >= 0:
-            keep &= ~(m[1] <= min_gpus)
-        return _pick(running, np.flatnonzero(keep).tolist())
 
     def _round(self, snap: Snapshot) -> _Round:
         # One _Round per snapshot: decide() calls rank() once, then may_preempt()/victim_key() many times.
