@@ -358,6 +358,18 @@ def test_the_ranking_is_worst_rho_offered_then_least_remaining_gpu_time(snap: Sn
 
 
 @settings(max_examples=100, deadline=None)
+@given(queues(), st.sampled_from([0.0, 0.5, 0.8]))
+def test_the_decision_class_is_the_offer_and_the_bid(snap: Snapshot, f: float) -> None:
+    # decision_class() answers from the offer alone where every bid is any type's (no per-job classes then):
+    # it must stay (offered, the bid's types) for every queued job, on one GPU type or several.
+    p = ThemisPolicy(fairness_knob=f)
+    offered = p.offered(snap)
+    for j in p.rank(snap):
+        types = p.type_preference(snap, j)
+        assert p.decision_class(snap, j) == (j.job_id in offered, None if types is None else tuple(types))
+
+
+@settings(max_examples=100, deadline=None)
 @given(contested(), st.sampled_from([0.5, 3.0, 64.0]), st.sampled_from([0.0, 900.0]))
 def test_rho_if_preempted_redoes_the_work_since_the_last_checkpoint_and_pays_a_restart(
         snap: Snapshot, share: float, ckpt: float) -> None:

@@ -120,6 +120,9 @@ class _ClusterFacts:
 
 _VICTIM_ORDER = itemgetter(0, 1, 2)  # rho if preempted, then the latest started, then the id
 _ANY_TYPE: _Bid = (None, 1.0)  # the bid of a job to which every GPU type is worth the same
+# decision_class() of a job whose bid is _ANY_TYPE, with and without the offer.
+_OFFERED_ANY_TYPE = (True, None)
+_LEFT_OUT_ANY_TYPE = (False, None)
 # _Round._rank_short's entries: worst rho first (their own order); least remaining GPU-time first (each then
 # submit time, id); the id.
 _THIRD = itemgetter(2)
@@ -188,9 +191,9 @@ def _rho_if_preempted(victim: JobView, clock: float, share: float, ckpt: float, 
 class _Round:
     """What one snapshot tells Themis: rho of every queued job, the offered set, bids, victims' rho."""
 
-    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus", "again",
-                 "bids", "classes", "clock", "facts", "moved", "offered", "policy", "quiet", "ranked", "rho", "snap",
-                 "uniform_bids", "valued", "walked")
+    __slots__ = ("_by_server", "_held", "_share", "_types", "_victim_rho", "_victims", "_victims_min_gpus",
+                 "_victims_top", "again", "bids", "classes", "clock", "facts", "moved", "offered", "policy", "quiet",
+                 "ranked", "rho", "snap", "uniform_bids", "valued", "walked")
 
     def __init__(self, policy: ThemisPolicy, snap: Snapshot) -> None:
         self.policy = policy
@@ -209,6 +212,7 @@ class _Round:
         self.classes: dict[str, tuple[bool, tuple[str, ...] | None]] = {}  # decision classes known already
         self._victims: list[tuple[float, float, str, JobView]] | None = None
         self._victims_min_gpus = math.inf
+        self._victims_top = -math.inf  # the highest rho the list serves (victims())
         # For the victim list last built: each entry's rho if preempted, and the GPUs its prefixes hold.
         self._held: tuple[list[float], list[int]] | None = None
         self._by_server: dict[int, npt.NDArray[np.float64]] = {}  # the same prefixes' GPUs per server
@@ -225,7 +229,8 @@ class _Round:
             # Most decisions on a large cluster see one waiting job: it gets the offer whatever its rho,
             # which is then only computed if it has to displace someone.
             self.ranked: list[JobView] = list(queued)
-            self.offered = frozenset(j.job_id for j in queued)
+            # From the list just made: no second pass over a shell's lazy queue, no generator.
+            self.offered = frozenset([self.ranked[0].spec.job_id] if self.ranked else ())
             return
         if len(queued) >= _VECTOR_MIN:
             self._rank_vectorized(queued)
@@ -270,16 +275,15 @@ class _Round:
         self.offered = frozenset(map(_THIRD, by_rho[:k]))
         rest = sorted(by_rho[k:], key=_EFFICIENCY_ORDER)
         self.ranked = [e[4] for e in by_rho[:k]] + [e[4] for e in rest]
-        self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
+        if not self.uniform_bids:
+            self._know_classes([e[2] for e in by_rho[:k]], [e[2] for e in rest])
 
     def _know_classes(self, offered: Iterable[str], rest: Iterable[str]) -> None:
-        """Every ranked job's decision class, which decide() asks next (every job has its bid by now)."""
+        """Every ranked job's decision class, which decide() asks next (every job has its bid by now). Not
+        needed where every bid is any type's (uniform_bids): decision_class() then tells the two classes
+        apart by the offer alone."""
         bids = self.bids
         classes = self.classes
-        if self.uniform_bids:  # every bid is any type's: two classes, set in C
-            classes.update(dict.fromkeys(offered, (True, None)))
-            classes.update(dict.fromkeys(rest, (False, None)))
-            return
         for was_offered, ids in ((True, offered), (False, rest)):
             any_type = (was_offered, None)  # the common class: one tuple for all its jobs
             for job_id in ids:
@@ -329,7 +333,8 @@ class _Round:
         top_ids = _pick(ids, top)
         self.offered = frozenset(top_ids)
         self.ranked = _pick(queued, top) + _pick(queued, rest_list)
-        self._know_classes(top_ids, _pick(ids, rest_list))
+        if not self.uniform_bids:
+            self._know_classes(top_ids, _pick(ids, rest_list))
 
     # -- rho ------------------------------------------------------------------------------------------
     @property
@@ -384,13 +389,20 @@ class _Round:
         (typically a wide job waiting for room) only gangs wider than share / rho can qualify, usually none
         or a few. Built once per snapshot for the lowest such width asked for (the worst-rho job asks
         first); a list built for a lower width serves every later ask, since the caller stops at the first
-        victim whose rho is not below its own."""
+        victim whose rho is not below its own. For the same reason the list holds only the victims below the
+        worst offered rho (no offered job asks above it): under overload about a third of those valued."""
         min_gpus = -1.0 if rho > 1.0 else (self.share / rho if rho > 0 else math.inf)
-        if self._victims is None or min_gpus < self._victims_min_gpus:
+        if self._victims is None or min_gpus < self._victims_min_gpus or rho > self._victims_top:
             p = self.policy
             clock, share = self.clock, self.share
             cutoff = clock - p.lease_s
             ckpt, restart = p.checkpoint_interval_s, p.restart_overhead_s
+            # Only offered jobs ask, so no ask of this snapshot exceeds the worst rho (ranked first): a victim
+            # at or above it is never taken, counted or walked, and is left out of the list, its prefix sums
+            # and its sort.
+            top = self.rho_of(self.ranked[0]) if self.ranked else rho
+            if top < rho:
+                top = rho
             known = self._victim_rho
             # Valued before in this snapshot (an earlier, narrower list; rho_if_preempted()): else no look-up.
             get = known.get if known else None
@@ -401,7 +413,8 @@ class _Round:
                 if started is not None and started > cutoff:
                     continue
                 spec = v.spec
-                if (narrow and spec.learners * spec.gpus_per_learner <= min_gpus
+                gpus = spec.learners * spec.gpus_per_learner
+                if (narrow and gpus <= min_gpus
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
                         and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
                     continue
@@ -419,14 +432,16 @@ class _Round:
                         remaining = 0.0
                     shared = ((clock - spec.submit_time_s) + restart
                               + (remaining + lost) / (_TINY if rate < _TINY else rate))
-                    gpus = spec.learners * spec.gpus_per_learner
                     ideal = spec.duration_s * (gpus / share if 0 < share < gpus else 1.0)
                     victim_rho = known[job_id] = shared / (_TINY if ideal < _TINY else ideal)
+                if victim_rho >= top:
+                    continue  # the list ends before it for every ask (a third of the list, or less, is below)
                 entries.append((victim_rho, -(started or 0.0), job_id, v))
             # Ids are unique: plain tuple order is _VICTIM_ORDER's, and the views are never compared.
             entries.sort()
             self._victims = entries
             self._victims_min_gpus = min_gpus
+            self._victims_top = top
             self._held = None
             self._by_server = {}
         return self._victims
@@ -757,6 +772,9 @@ class ThemisPolicy(Policy):
         rnd = self._last
         if rnd is None or rnd.snap is not snap:
             rnd = self._round(snap)
-        known = rnd.classes.get(job.spec.job_id)
+        job_id = job.spec.job_id
+        if rnd.uniform_bids:
+            return _OFFERED_ANY_TYPE if job_id in rnd.offered else _LEFT_OUT_ANY_TYPE
+        known = rnd.classes.get(job_id)
         return known if known is not None else (job.job_id in rnd.offered, rnd.bid(job)[0])
 
