@@ -67,10 +67,9 @@ _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per le
 
 @dataclass(slots=True)
 class _Facts:
-    """What a gate works out for a tenant from its usage alone (DrfGate.memo)."""
+    """What a gate works out for a tenant from its usage alone (kept per gate, and across gates in DrfGate.memo)."""
 
-    dom: float  # dominant share
-    level: tuple[int, float]  # share()
+    level: tuple[int, float]  # share(): (tier, dominant share / weight)
     over: bool  # over()
     fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
 
@@ -115,10 +114,10 @@ class DrfGate(Gate):
         # What the next gate may reuse while the quotas and the active tenants stay the same (most
         # decisions: tenants come and go far less often than jobs). Read-only once made.
         self.weights: _Weights = (quotas, active, self.weight, self.fair_level)
-        self._levels: dict[str, tuple[int, float]] = {}
-        self._fits: dict[str, dict[_Shape, bool]] = {}
-        self._over: dict[str, bool] = {}  # tenant -> no job of it is within its entitlement
-        self._dom: dict[str, float] = {}  # tenant -> dominant share
+        # Tenant -> what follows from its usage now (dominant share, share(), over(), the shapes within its
+        # entitlement), worked out on first ask and dropped when its usage changes: share() and over() are asked
+        # at every step of a walk.
+        self._facts: dict[str, _Facts] = {}
         # Has a victim been released in this round (remove())? Until then usage has only grown, and the free
         # GPUs have only fallen, by the GPUs of the jobs started.
         self.released = False
@@ -158,70 +157,48 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
-    def _seed(self, tenant: str) -> bool:
-        """Fill this gate's caches for the tenant from `memo` (working its entry out if new); False where the
-        memo does not apply. Once per tenant and gate: the caches then answer."""
+    def _facts_of(self, tenant: str) -> _Facts:
+        """The tenant's _Facts, kept in this gate until its usage changes; from `memo` (worked out there if new)
+        where that applies."""
         memo = self.memo
         if memo is None or tenant in self.moved:
-            return False
-        key = (tenant, self.snap.tenant_gpus.get(tenant, 0))
-        facts = memo.get(key)
-        if facts is None:
-            w = self.weight.get(tenant, 0.0)
-            u = self._usage(tenant)
-            ig, ic, im = self.inv_total
-            d = max(u[0] * ig, u[1] * ic, u[2] * im)
-            facts = memo[key] = _Facts(d, (0, d / w) if w > 0 else (1, d),
-                                       not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
-        self._dom[tenant] = facts.dom
-        self._levels[tenant] = facts.level
-        self._over[tenant] = facts.over
-        self._fits[tenant] = facts.fits
-        return True
+            facts = self._work_out(tenant)
+        else:
+            key = (tenant, self.snap.tenant_gpus.get(tenant, 0))
+            found = memo.get(key)
+            if found is None:
+                found = memo[key] = self._work_out(tenant)
+            facts = found
+        self._facts[tenant] = facts
+        return facts
 
-    def _dominant_now(self, tenant: str) -> float:
-        """dominant(tenant), cached until the tenant's usage changes (share() and over() both ask)."""
-        d = self._dom.get(tenant)
-        if d is None:
-            d = self._dom[tenant] = self.dominant(tenant)
-        return d
+    def _work_out(self, tenant: str) -> _Facts:
+        w = self.weight.get(tenant, 0.0)
+        d = self.dominant(tenant)
+        return _Facts((0, d / w) if w > 0 else (1, d), not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
 
     def over(self, tenant: str) -> bool:
         """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
         dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
-        over = self._over.get(tenant)
-        if over is None:
-            if self._seed(tenant):
-                return self._over[tenant]
-            w = self.weight.get(tenant, 0.0)
-            over = self._over[tenant] = not (w > 0 and self._dominant_now(tenant) <= (self.fair_level + _EPS) * w)
-        return over
+        facts = self._facts.get(tenant)
+        return (facts if facts is not None else self._facts_of(tenant)).over
 
     def share(self, tenant: str) -> tuple[int, float]:
         """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
-        Cached until the tenant's usage changes: progressive filling asks for it at every step."""
-        level = self._levels.get(tenant)
-        if level is None:
-            if self._seed(tenant):
-                return self._levels[tenant]
-            w = self.weight.get(tenant, 0.0)
-            d = self._dom.get(tenant)  # _dominant_now() inline: asked for every queued tenant at each decision
-            if d is None:
-                u = self._usage(tenant)
-                ig, ic, im = self.inv_total
-                d = self._dom[tenant] = max(u[0] * ig, u[1] * ic, u[2] * im)
-            level = self._levels[tenant] = (0, d / w) if w > 0 else (1, d)
-        return level
+        Kept until the tenant's usage changes: progressive filling asks for it at every step."""
+        facts = self._facts.get(tenant)
+        return (facts if facts is not None else self._facts_of(tenant)).level
 
     def within_entitlement(self, job: JobView) -> bool:
         """Would the job's tenant stay within its entitled dominant share if the job started?"""
         s = job.spec
         t = s.tenant
-        if self.over(t):
+        facts = self._facts.get(t)
+        if facts is None:
+            facts = self._facts_of(t)
+        if facts.over:
             return False
-        fits = self._fits.get(t)
-        if fits is None:
-            fits = self._fits[t] = {}
+        fits = facts.fits
         shape = (s.learners, s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner)
         ok = fits.get(shape)
         if ok is None:
@@ -239,10 +216,7 @@ class DrfGate(Gate):
         u = self._usage(tenant)
         for i in range(3):
             u[i] += sign * amount[i]
-        self._levels.pop(tenant, None)
-        self._fits.pop(tenant, None)
-        self._over.pop(tenant, None)
-        self._dom.pop(tenant, None)
+        self._facts.pop(tenant, None)
         self.moved.add(tenant)
         self.moves += 1
 
