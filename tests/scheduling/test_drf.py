@@ -120,6 +120,38 @@ def test_a_cpu_only_learner_is_counted_by_learners_not_gpus() -> None:
     assert gate.dominant("A") == 0.5
 
 
+def test_a_victim_given_back_in_full_is_no_longer_released() -> None:
+    # A displacement search that fails gives back every victim it released: the round is then as before it
+    # (usage and free GPUs), and DRF's walk keeps the classes it pruned (they stay answered without a visit).
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", gpus=2), (0,))
+    e = running(job("e", tenant="B", learners=2, gpus=1, min_learners=1, max_learners=2), (1, 1))
+    gate = DrfGate(snapshot(c, (a, e), ()), {})
+    assert gate.gpus_only and not gate.released
+    gate.remove(a)
+    gate.remove(e)
+    assert gate.released
+    gate.add(a)
+    assert gate.released  # e is still out
+    gate.add(e)
+    assert not gate.released and gate.dominant("A") == 0.25 and gate.dominant("B") == 0.25
+    gate.remove(e)
+    gate.add(e, 1)  # cut to its minimum: it lost a learner
+    assert gate.released
+
+
+def test_a_victim_holding_cpus_stays_released_when_given_back() -> None:
+    # Usage with CPUs or memory is summed in floats, which a give-back need not restore bit for bit: no
+    # claim that the round is as before.
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", cpus_per_learner=4), (0,))
+    gate = DrfGate(snapshot(c, (a,), ()), {})
+    assert not gate.gpus_only
+    gate.remove(a)
+    gate.add(a)
+    assert gate.released
+
+
 class _KeepsGate(DrfPolicy):
     """DRF that keeps the gate of its last decision, to compare the gate's books with the plan."""
 
