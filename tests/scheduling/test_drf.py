@@ -12,6 +12,7 @@ from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, decide, make_placer
 from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.decide import start_alone
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.drf import DrfGate, DrfPolicy
 from loadmaster.sim.experiment import RunOptions, simulate
@@ -142,6 +143,20 @@ def test_no_victims_where_releasing_them_all_leaves_no_server_for_a_learner() ->
     assert {v.job_id for v in policy.victim_candidates(snap, gate, pair, lambda: snap.running)} == {"a0", "a1", "a2"}
     plan = decide(snap, DrfPolicy(max_loss_s=None), make_placer("pack"))
     assert plan.preempts == () and plan.starts == ()
+
+
+def test_a_lone_start_works_out_no_weights() -> None:
+    # A lone arrival that starts at once (decide.start_alone) asks DRF's gate admit() only: the weights, and
+    # the active tenants they come from, are worked out only when a share is first asked for.
+    c = Cluster((node(0),))
+    a = queued(job("a", tenant="A"))
+    snap = snapshot(c, (), (a,))
+    policy = DrfPolicy()
+    assert start_alone(snap, policy, make_placer("pack"), a) is not None
+    assert "queued_tenants" not in snap.__dict__  # Snapshot's cached property: never read
+    gate = policy.gate(snap)
+    assert gate.share("A") == (0, 0.0) and gate.fair_level == 1.0
+    assert "queued_tenants" in snap.__dict__
 
 
 def test_a_victim_given_back_in_full_is_no_longer_released() -> None:

@@ -64,8 +64,6 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
-
-
 @dataclass(slots=True)
 class _Facts:
     """What a gate works out for a tenant from its usage alone (kept per gate, and across gates in DrfGate.memo)."""
@@ -79,10 +77,12 @@ class DrfGate(Gate):
     """Per-tenant GPU, CPU and memory usage during one decide() call, and the dominant shares from it."""
 
     def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota],
-                 totals: tuple[float, float, float] | None = None, weights: _Weights | None = None) -> None:
+                 totals: tuple[float, float, float] | None = None, weights: _Weights | None = None,
+                 memo_for: Callable[[DrfGate], dict[tuple[str, int], _Facts] | None] | None = None) -> None:
         """`totals`: the cluster's GPUs, CPUs and memory, when the caller already has them (they are sums
         over every server, and a gate is made for every decision). `weights`: an earlier gate's `weights`,
-        reused if its quotas and active tenants are this snapshot's."""
+        reused if its quotas and active tenants are this snapshot's. `memo_for`: gives `memo` once the
+        weights are known (None: no memo)."""
         super().__init__(snap)
         c = snap.cluster
         total_gpus, total_cpus, total_mem = totals if totals is not None else (c.total_gpus, c.total_cpus,
@@ -102,21 +102,24 @@ class DrfGate(Gate):
         # The tenants with running jobs, as the snapshot's mapping's keys (not copied: a gate is made at every
         # decision).
         self.running_tenants: Collection[str] = snap.tenant_gpus if self.gpus_only else snap.running_by_tenant
-        active = snap.queued_tenants.union(self.running_tenants)
-        if weights is not None and weights[0] is quotas and weights[1] == active:
-            self.weight, self.fair_level = weights[2], weights[3]
-        else:
-            weighted = any(q.gpus > 0 for q in quotas.values())
-            self.weight = {}
-            for t in active:
-                q = quotas.get(t)
-                self.weight[t] = (float(q.gpus) if q is not None else 0.0) if weighted else 1.0
-            total_weight = sum(self.weight.values())
-            # Entitled dominant share divided by weight: the same level for every weighted tenant.
-            self.fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
-        # What the next gate may reuse while the quotas and the active tenants stay the same (most
-        # decisions: tenants come and go far less often than jobs). Read-only once made.
-        self.weights: _Weights = (quotas, active, self.weight, self.fair_level)
+        # Worked out on first use (_weigh(), from _facts_of(), which every share, entitlement and memo lookup goes
+        # through), not here: a gate is made at every decision, and one for a lone arrival that starts at once
+        # (decide.start_alone, most decisions on the 117,000-job trace) is only asked admit(), which needs none
+        # of them; the active tenants alone cost a twentieth of that run. (Set here all the same, so that every
+        # gate has the same attributes: CPython then reads them fastest.)
+        self._quotas, self._earlier, self._memo_for = quotas, weights, memo_for
+        self._weighed = False
+        self.weight: dict[str, float] = {}  # tenant -> its weight (its GPU quota, 1 without quotas; 0: best effort)
+        self.fair_level = 0.0  # entitled dominant share divided by weight: the same for every weighted tenant
+        # What the next gate may reuse while the quotas and the active tenants stay the same (most decisions:
+        # tenants come and go far less often than jobs). Read-only once made.
+        self.weights: _Weights | None = None
+        # Facts of a tenant that only follow from its GPUs, the weights and the cluster (DrfPolicy._memo, given
+        # where shares are GPU shares): (tenant, GPUs held) -> its _Facts.
+        # A gate is made at every decision, most tenants' GPUs did not change since the last, and working out
+        # their shares and which shapes fit their entitlements again cost a tenth of a decision. Not used for a
+        # tenant whose usage this round changed (`moved`).
+        self.memo: dict[tuple[str, int], _Facts] | None = None
         # Tenant -> what follows from its usage now (dominant share, share(), over(), the shapes within its
         # entitlement), worked out on first ask and dropped when its usage changes: share() and over() are asked
         # at every step of a walk.
@@ -132,15 +135,29 @@ class DrfGate(Gate):
         self.free: FreeCapacity | None = None  # the decide() call's free capacity (watch())
         self.started_gpus = 0
         self.moves = 0  # usage changes booked (starts, releases)
-        # Facts of a tenant that only follow from its GPUs, the weights and the cluster (DrfPolicy._memo, given
-        # where shares are GPU shares): (tenant, GPUs held) -> its _Facts.
-        # A gate is made at every decision, most tenants' GPUs did not change since the last, and working out
-        # their shares and which shapes fit their entitlements again cost a tenth of a decision. Not used for a
-        # tenant whose usage this round changed (`moved`).
-        self.memo: dict[tuple[str, int], _Facts] | None = None
         self.moved: set[str] = set()
         # Tenant -> its displaceable running jobs in victim order (DrfPolicy._displaceable_of).
         self.displaceable_victims: dict[str, list[tuple[tuple[float, ...], JobView]]] = {}
+
+    def _weigh(self) -> None:
+        """weight, fair_level, weights and memo, from the quotas and the active tenants (queued or running); once."""
+        quotas, earlier = self._quotas, self._earlier
+        active = self.snap.queued_tenants.union(self.running_tenants)
+        if earlier is not None and earlier[0] is quotas and earlier[1] == active:
+            weight, fair_level = earlier[2], earlier[3]
+        else:
+            weighted = any(q.gpus > 0 for q in quotas.values())
+            weight = {}
+            for t in active:
+                q = quotas.get(t)
+                weight[t] = (float(q.gpus) if q is not None else 0.0) if weighted else 1.0
+            total_weight = sum(weight.values())
+            fair_level = 1.0 / total_weight if total_weight > 0 else 0.0
+        self.weight, self.fair_level = weight, fair_level
+        self.weights = (quotas, active, weight, fair_level)
+        self._weighed = True
+        if self._memo_for is not None:
+            self.memo = self._memo_for(self)
 
     def _usage(self, tenant: str) -> list[float]:
         """GPUs, CPUs and memory the tenant holds (as of the snapshot, plus this round's changes)."""
@@ -169,6 +186,8 @@ class DrfGate(Gate):
     def _facts_of(self, tenant: str) -> _Facts:
         """The tenant's _Facts, kept in this gate until its usage changes; from `memo` (worked out there if new)
         where that applies."""
+        if not self._weighed:
+            self._weigh()
         memo = self.memo
         if memo is None or tenant in self.moved:
             facts = self._work_out(tenant)
@@ -639,15 +658,20 @@ class DrfPolicy(Policy):
         if totals is None or totals[0] is not snap.cluster:
             c = snap.cluster
             totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
-        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights)
-        self._weights = gate.weights
-        if gate.gpus_only:
-            memo = self._memo
-            if memo is None or memo[0] is not gate.weight or memo[1] != gate.fair_level or memo[2] != gate.inv_total:
-                memo = self._memo = (gate.weight, gate.fair_level, gate.inv_total, {})
-            gate.memo = memo[3]
+        gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights,
+                       self._memo_for)
         self._current = (snap, gate)
         return gate
+
+    def _memo_for(self, gate: DrfGate) -> dict[tuple[str, int], _Facts] | None:
+        """A gate's weights are known: kept for the next gate, and its memo (DrfGate.memo) given."""
+        self._weights = gate.weights
+        if not gate.gpus_only:
+            return None
+        memo = self._memo
+        if memo is None or memo[0] is not gate.weight or memo[1] != gate.fair_level or memo[2] != gate.inv_total:
+            memo = self._memo = (gate.weight, gate.fair_level, gate.inv_total, {})
+        return memo[3]
 
     def rank(self, snap: Snapshot) -> Sequence[JobView]:
         current = self._current
