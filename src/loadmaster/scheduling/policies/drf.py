@@ -64,6 +64,8 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+
+
 @dataclass(slots=True)
 class _Facts:
     """What a gate works out for a tenant from its usage alone (kept per gate, and across gates in DrfGate.memo)."""
@@ -120,9 +122,9 @@ class DrfGate(Gate):
         # their shares and which shapes fit their entitlements again cost a tenth of a decision. Not used for a
         # tenant whose usage this round changed (`moved`).
         self.memo: dict[tuple[str, int], _Facts] | None = None
-        # Tenant -> what follows from its usage now (dominant share, share(), over(), the shapes within its
-        # entitlement), worked out on first ask and dropped when its usage changes: share() and over() are asked
-        # at every step of a walk.
+        # Tenant -> what follows from its usage now (share(), over(), the shapes within its entitlement), worked
+        # out on first ask and dropped when its usage changes: share() and over() are asked at every step of a
+        # walk, and one object per tenant is one store where four dicts were four.
         self._facts: dict[str, _Facts] = {}
         # Is a victim released in this round (remove()) and not wholly given back? Until then usage has only
         # grown, and the free GPUs have only fallen, by the GPUs of the jobs started. A displacement search
