@@ -64,6 +64,19 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+# What a gate needs of the cluster's totals (_cluster_totals): 1 / total per resource, the total CPUs and memory,
+# and how much of each may be in use for shares to be GPU shares alone.
+_Totals = tuple[tuple[float, float, float], float, float, float, float]
+
+
+def _cluster_totals(c: Cluster) -> _Totals:
+    """A cluster's _Totals: sums over every server, and a gate is made at every decision (clusters are immutable,
+    DrfPolicy keeps them)."""
+    total_gpus, total_cpus, total_mem = c.total_gpus, c.total_cpus, c.total_mem_gb
+    # 1 / total per resource; a resource the cluster does not have counts for nobody.
+    inv_total = (1.0 / total_gpus if total_gpus > 0 else 0.0, 1.0 / total_cpus if total_cpus > 0 else 0.0,
+                 1.0 / total_mem if total_mem > 0 else 0.0)
+    return inv_total, total_cpus, total_mem, 1e-6 * max(1.0, total_cpus), 1e-6 * max(1.0, total_mem)
 
 
 @dataclass(slots=True)
@@ -79,27 +92,21 @@ class DrfGate(Gate):
     """Per-tenant GPU, CPU and memory usage during one decide() call, and the dominant shares from it."""
 
     def __init__(self, snap: Snapshot, quotas: Mapping[str, TenantQuota],
-                 totals: tuple[float, float, float] | None = None, weights: _Weights | None = None,
+                 totals: _Totals | None = None, weights: _Weights | None = None,
                  memo_for: Callable[[DrfGate], dict[tuple[str, int], _Facts] | None] | None = None) -> None:
-        """`totals`: the cluster's GPUs, CPUs and memory, when the caller already has them (they are sums
-        over every server, and a gate is made for every decision). `weights`: an earlier gate's `weights`,
-        reused if its quotas and active tenants are this snapshot's. `memo_for`: gives `memo` once the
-        weights are known (None: no memo)."""
+        """`totals`: _cluster_totals(snap.cluster), when the caller already has them. `weights`: an earlier
+        gate's `weights`, reused if its quotas and active tenants are this snapshot's. `memo_for`: gives `memo`
+        once the weights are known (None: no memo)."""
         super().__init__(snap)
-        c = snap.cluster
-        total_gpus, total_cpus, total_mem = totals if totals is not None else (c.total_gpus, c.total_cpus,
-                                                                                c.total_mem_gb)
-        # 1 / total per resource; a resource the cluster does not have counts for nobody. (Written out: a
-        # generator here cost a tenth of the gate, which is made at every decision.)
-        self.inv_total = (1.0 / total_gpus if total_gpus > 0 else 0.0, 1.0 / total_cpus if total_cpus > 0 else 0.0,
-                          1.0 / total_mem if total_mem > 0 else 0.0)
+        inv_total, total_cpus, total_mem, cpus_unused, mem_unused = (totals if totals is not None
+                                                                      else _cluster_totals(snap.cluster))
+        self.inv_total = inv_total
         # decide() runs once per event, so the gate must not walk every running job each time. When
         # no running job holds CPUs or memory (the free arrays say so in two sums), shares are GPU
         # shares and the snapshot's per-tenant GPU counts are enough; otherwise a tenant's usage is
         # summed over its running jobs on first use, for the tenants a round actually asks about.
-        used_cpus = total_cpus - snap.free_cpu_total
-        used_mem = total_mem - snap.free_mem_total
-        self.gpus_only = used_cpus <= 1e-6 * max(1.0, total_cpus) and used_mem <= 1e-6 * max(1.0, total_mem)
+        self.gpus_only = (total_cpus - snap.free_cpu_total <= cpus_unused
+                          and total_mem - snap.free_mem_total <= mem_unused)
         self.usage: dict[str, list[float]] = {}
         # The tenants with running jobs, as the snapshot's mapping's keys (not copied: a gate is made at every
         # decision).
@@ -641,8 +648,8 @@ class DrfPolicy(Policy):
         # The gate of the snapshot being decided: decide() asks for gate() and then rank(), and the
         # order must follow the usage the gate books as jobs start. Held for one call, keyed by snapshot.
         self._current: tuple[Snapshot, DrfGate] | None = None
-        # The last cluster's total GPUs, CPUs and memory (clusters are immutable).
-        self._totals: tuple[Cluster, tuple[float, float, float]] | None = None
+        # The last cluster's _Totals (clusters are immutable).
+        self._totals: tuple[Cluster, _Totals] | None = None
         # The last gate's weights and fair level, with the quotas and active tenants they came from.
         self._weights: _Weights | None = None
         # DrfGate.memo, for gates whose weights, fair level and cluster totals are these (weights by identity).
@@ -658,8 +665,7 @@ class DrfPolicy(Policy):
     def gate(self, snap: Snapshot) -> DrfGate:
         totals = self._totals
         if totals is None or totals[0] is not snap.cluster:
-            c = snap.cluster
-            totals = self._totals = (c, (c.total_gpus, c.total_cpus, c.total_mem_gb))
+            totals = self._totals = (snap.cluster, _cluster_totals(snap.cluster))
         gate = DrfGate(snap, self.quotas if self.quotas is not None else snap.tenants, totals[1], self._weights,
                        self._memo_for)
         self._current = (snap, gate)
