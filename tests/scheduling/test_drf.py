@@ -11,6 +11,8 @@ from hypothesis import strategies as hst
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, decide, make_placer
+from loadmaster.scheduling.capacity import FreeCapacity
+from loadmaster.scheduling.decide import start_alone
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.drf import DrfGate, DrfPolicy
 from loadmaster.sim.experiment import RunOptions, simulate
@@ -118,6 +120,75 @@ def test_a_cpu_only_learner_is_counted_by_learners_not_gpus() -> None:
     assert gate.dominant("A") == 0.25
     gate.add(e, 1)  # given back in full
     assert gate.dominant("A") == 0.5
+
+
+def test_no_victims_where_releasing_them_all_leaves_no_server_for_a_learner() -> None:
+    # Three 8-GPU servers, each half B's and half A's; A (weight 1 of 10) is far above its entitlement, B may
+    # displace for its 8-GPU learner. Releasing all of A's jobs frees 4 GPUs on each server: no server holds
+    # the learner, so there is nothing to walk (decide() would release all three and give them back).
+    c = Cluster(tuple(node(i, gpus=8, cpus=64, mem=256) for i in range(3)))
+    run = tuple(running(job(f"b{i}", tenant="B", gpus=4), (i,)) for i in range(3)) + tuple(
+        running(job(f"a{i}", tenant="A", gpus=4), (i,)) for i in range(3))
+    big = queued(job("big", tenant="B", gpus=8, submit=50))
+    quotas = {"A": TenantQuota("A", 1), "B": TenantQuota("B", 9)}
+    snap = snapshot(c, run, (big,), quotas)
+    policy = DrfPolicy(max_loss_s=None)
+    gate = policy.gate(snap)
+    assert policy.preemptor(snap, gate, big)
+    gate.watch(FreeCapacity(snap))
+    assert list(policy.victim_candidates(snap, gate, big, lambda: snap.running)) == []
+    # Two 4-GPU learners fit once A's jobs are released: they are walked.
+    pair = queued(job("pair", tenant="B", learners=2, gpus=4, submit=50))
+    assert policy.preemptor(snap, gate, pair)
+    assert {v.job_id for v in policy.victim_candidates(snap, gate, pair, lambda: snap.running)} == {"a0", "a1", "a2"}
+    plan = decide(snap, DrfPolicy(max_loss_s=None), make_placer("pack"))
+    assert plan.preempts == () and plan.starts == ()
+
+
+def test_a_lone_start_works_out_no_weights() -> None:
+    # A lone arrival that starts at once (decide.start_alone) asks DRF's gate admit() only: the weights, and
+    # the active tenants they come from, are worked out only when a share is first asked for.
+    c = Cluster((node(0),))
+    a = queued(job("a", tenant="A"))
+    snap = snapshot(c, (), (a,))
+    policy = DrfPolicy()
+    assert start_alone(snap, policy, make_placer("pack"), a) is not None
+    assert "queued_tenants" not in snap.__dict__  # Snapshot's cached property: never read
+    gate = policy.gate(snap)
+    assert gate.share("A") == (0, 0.0) and gate.fair_level == 1.0
+    assert "queued_tenants" in snap.__dict__
+
+
+def test_a_victim_given_back_in_full_is_no_longer_released() -> None:
+    # A displacement search that fails gives back every victim it released: the round is then as before it
+    # (usage and free GPUs), and DRF's walk keeps the classes it pruned (they stay answered without a visit).
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", gpus=2), (0,))
+    e = running(job("e", tenant="B", learners=2, gpus=1, min_learners=1, max_learners=2), (1, 1))
+    gate = DrfGate(snapshot(c, (a, e), ()), {})
+    assert gate.gpus_only and not gate.released
+    gate.remove(a)
+    gate.remove(e)
+    assert gate.released
+    gate.add(a)
+    assert gate.released  # e is still out
+    gate.add(e)
+    assert not gate.released and gate.dominant("A") == 0.25 and gate.dominant("B") == 0.25
+    gate.remove(e)
+    gate.add(e, 1)  # cut to its minimum: it lost a learner
+    assert gate.released
+
+
+def test_a_victim_holding_cpus_stays_released_when_given_back() -> None:
+    # Usage with CPUs or memory is summed in floats, which a give-back need not restore bit for bit: no
+    # claim that the round is as before.
+    c = Cluster((node(0), node(1)))
+    a = running(job("a", tenant="A", cpus_per_learner=4), (0,))
+    gate = DrfGate(snapshot(c, (a,), ()), {})
+    assert not gate.gpus_only
+    gate.remove(a)
+    gate.add(a)
+    assert gate.released
 
 
 class _KeepsGate(DrfPolicy):
