@@ -629,13 +629,8 @@ class _Run:
         nodes = alloc.learner_nodes
         if len(nodes) == 1 and not (c or m):
             # One learner, no CPUs or memory asked (most of a Philly trace's gangs): the loop below, unrolled.
-            node = nodes[0]
-            had_g = gpus.item(node)
-            left_g = had_g - sign * g
-            gpus[node] = left_g
-            self.ledger.moved_gpus(node, had_g, left_g)
-            if left_g < -1e-9:
-                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            if self.ledger.shift_gpus(gpus, nodes[0], sign * g) < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {nodes[0]} placing {alloc.job_id}: {alloc}")
             if busy:
                 self.busy += sign * g
             return
