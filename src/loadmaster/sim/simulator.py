@@ -174,7 +174,6 @@ class _Run:
         self.rate_of = sim.perf.rate  # asked at every start
         # Whether the placer's answers never change with time alone (placer_wake() asks after every decision).
         self.placer_static = type(sim.placer).next_change_s is Placer.next_change_s
-        self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
         # per tuple of running views (LAS) compute them once for all the decisions in between.
@@ -516,7 +515,6 @@ class _Run:
         # enqueue(live) inline: once per job.
         job_id = spec.job_id
         self.queued[job_id] = live
-        self.queued_views[job_id] = live.view
         self.session.add(live.view)
         if self.gate is not None:
             tenant = spec.tenant
@@ -524,14 +522,12 @@ class _Run:
 
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
-        self.queued_views[live.view.job_id] = live.view
         self.session.add(live.view)
         if self.gate is not None:
             tenant = live.record.spec.tenant
             self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def dequeue(self, job_id: str) -> _Live:
-        del self.queued_views[job_id]
         self.session.remove(job_id)
         live = self.queued.pop(job_id)
         if self.gate is not None:
