@@ -192,10 +192,11 @@ class ShellFrame:
                 raise ValueError(f"ShellFrame: {name} must be a read-only mapping the shell keeps (MappingProxyType)")
         if not callable(running):
             raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
-        fixed = dict(Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
-                                    running_by_tenant, None, queued_tenants, copy=False).__dict__)
-        del fixed["clock"], fixed["queued"], fixed["free_buckets"]
-        self._fixed = fixed
+        built = Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
+                               running_by_tenant, None, queued_tenants, copy=False).__dict__
+        # Made without deleting from it: at()'s update() of a new snapshot's empty __dict__ copies a dict that
+        # never lost a key as one block, and one that did key by key.
+        self._fixed = {k: v for k, v in built.items() if k not in ("clock", "queued", "free_buckets")}
 
     def at(self, clock: float, queued: Sequence[JobView], free_totals: FreeTotals,
            free_buckets: Mapping[float, list[int]] | None,

@@ -620,16 +620,16 @@ class _Run:
     def hold(self, alloc: Allocation, sign: int, busy: bool = True) -> None:
         """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative.
         busy=False for learners that hold GPUs without computing (a partial gang, learner_at_a_time.py)."""
-        gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
         nodes = alloc.learner_nodes
         if len(nodes) == 1 and not (c or m):
             # One learner, no CPUs or memory asked (most of a Philly trace's gangs): the loop below, unrolled.
-            if self.ledger.shift_gpus(gpus, nodes[0], sign * g) < -1e-9:
+            if self.ledger.shift_gpus(self.free_gpus, nodes[0], sign * g) < -1e-9:
                 raise AssertionError(f"capacity exceeded on node {nodes[0]} placing {alloc.job_id}: {alloc}")
             if busy:
                 self.busy += sign * g
             return
+        gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
