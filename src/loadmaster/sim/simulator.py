@@ -225,8 +225,10 @@ class _Run:
             self.clock = t
 
     def run(self) -> SimResult:
-        jobs = self.jobs
-        n = len(jobs)
+        # The jobs' submit times in trace order, then infinity: the next arrival's time is one subscript (t is
+        # never infinity where an arrival is due: the loop stops first).
+        arrivals = [job.submit_time_s for job in self.jobs]
+        arrivals.append(math.inf)
         next_arrival = 0
         until = self.sim.config.until_s
         round_s = self.sim.policy.round_s
@@ -261,7 +263,7 @@ class _Run:
         spans_gap = type(self.sim.policy).next_change_spans is not Policy.next_change_spans
         hits = misses = 0  # bounds worked out at such a pass that let it be counted, or did not
         while True:
-            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
+            t_arrival = arrivals[next_arrival]
             t_event = events[0] if events else inf
             # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
             # first of equal values, as min() gives it (an int submit time stays an int).
@@ -285,7 +287,7 @@ class _Run:
                     self.contention_integral += (len(queued) + len(running)) * dt
                     self.clock = t
             changed = False  # an arrival or an attempt end this pass
-            while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
+            while arrivals[next_arrival] <= t:
                 if gated:
                     self.offer(next_arrival)
                 else:
@@ -339,7 +341,7 @@ class _Run:
                     # Asked only where that round comes before anything else can happen (what the next
                     # loop compares it with): otherwise the answer cannot skip it, and working it out
                     # is not free (Themis values every running job).
-                    t_next = min(jobs[next_arrival].submit_time_s if next_arrival < n else math.inf,
+                    t_next = min(arrivals[next_arrival],
                                  events[0] if events else math.inf, next_wake)
                     if next_round < t_next:
                         quiet_until = self.quiet_until(plan)
