@@ -118,3 +118,52 @@ def test_what_it_cannot_build_is_refused() -> None:
     for cls in (Mutable, Factory, WithInitVar):
         with pytest.raises(TypeError, match="fast_init"):
             fast_init(cls)
+
+
+@dataclass(frozen=True, slots=True)
+class _WideGenerated:
+    a: int
+    b: float
+    c: str = ""
+    d: tuple[int, ...] = ()
+    e: int | None = None
+
+
+@fast_init
+@dataclass(frozen=True, slots=True)
+class _Wide:
+    a: int
+    b: float
+    c: str = ""
+    d: tuple[int, ...] = ()
+    e: int | None = None
+
+
+class _WideChild(_Wide):  # no slots of its own: a __dict__, a layout the twin does not share
+    pass
+
+
+@given(a=st.integers(), b=st.floats(allow_nan=False), c=st.text(max_size=3),
+       e=st.none() | st.integers(), child=st.booleans())
+def test_a_wide_class_is_built_through_its_twin_and_stays_itself(a: int, b: float, c: str, e: int | None,
+                                                                    child: bool) -> None:
+    """Four fields or more: stored while the object is of the plain twin class, then given back its class; an
+    object of a subclass is built through the slot descriptors. Either way the generated __init__'s object."""
+    fast = (_WideChild if child else _Wide)(a, b, c, e=e)
+    gen = _WideGenerated(a, b, c, e=e)
+    assert type(fast) is (_WideChild if child else _Wide)
+    assert dataclasses.astuple(fast) == dataclasses.astuple(gen)
+    assert repr(gen).replace("_WideGenerated", "_WideChild" if child else "_Wide") == repr(fast)
+    assert fast == dataclasses.replace(fast) and hash(fast) == hash(dataclasses.replace(fast))
+    assert pickle.loads(pickle.dumps(fast)) == fast
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        fast.a = 1  # type: ignore[misc]
+
+
+def test_the_bulk_classes_get_the_twin() -> None:
+    for cls in (JobSpec, Allocation, JobView):
+        assert "_twin" in cls.__init__.__code__.co_names  # type: ignore[misc]
+    assert "_twin" not in Start.__init__.__code__.co_names  # two fields: through the descriptors
+    spec = JobSpec("j", "t", 0.0, 1, 4, 10.0)
+    assert type(spec) is JobSpec and type(JobView(spec, 1.0)) is JobView
+

@@ -66,12 +66,14 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
        steps=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8), st.booleans()), max_size=80))
 def test_moving_gpus_alone_is_moving_them_with_zero_cpus_and_memory(
         servers: int, cpus0: float, steps: list[tuple[int, int, bool]]) -> None:
-    """moved_gpus() (the simulator's one-learner, GPU-only start and end) leaves a ledger exactly as moved()
-    with zero CPU and memory changes does: totals bit for bit, buckets in the same order."""
+    """shift_gpus() (the simulator's one-learner, GPU-only start and end) leaves the array and the ledger
+    exactly as the array's update and moved() with zero CPU and memory changes do: totals bit for bit,
+    buckets in the same order."""
     gpus = np.full(servers, _CAP_G)
     cpus = np.full(servers, cpus0)
     mem = np.zeros(servers)
     full, short = FreeLedger(gpus, cpus, mem), FreeLedger(gpus, cpus, mem)
+    shifted = gpus.copy()  # the array short's shift_gpus() moves
     for node, g, give_back in steps:
         n = node % servers
         sign = -1 if give_back and gpus[n] + g <= _CAP_G else 1
@@ -81,7 +83,8 @@ def test_moving_gpus_alone_is_moving_them_with_zero_cpus_and_memory(
         left = had - sign * g
         gpus[n] = left
         full.moved(n, had, left, 0.0, 0.0)
-        short.moved_gpus(n, had, left)
+        assert short.shift_gpus(shifted, n, sign * g) == left
+        assert shifted.tolist() == gpus.tolist()
         assert short.totals() == full.totals()
         assert [(k, list(v)) for k, v in short.buckets.items()] == [(k, list(v)) for k, v in full.buckets.items()]
         assert {k: v for k, v in short.buckets.items()} == _buckets(gpus)

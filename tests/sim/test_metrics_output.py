@@ -38,7 +38,7 @@ def _records() -> list[JobRecord]:
     # Commas, quotes and line breaks in the trace's text (quoted by csv.writer), failures, a rejection, waits.
     res = run(cluster(2, 4), job("a,b", gpus=4, duration=100), job('q"uote', gpus=4, duration=50),
               job("plain", gpus=2, duration=10, failed_attempts_s=(5.0,)), job("big", gpus=64),
-              job("line\nbreak", gpus=1, duration=30))
+              job("line\nbreak", gpus=1, duration=30), job("carriage\rreturn", gpus=1, duration=20))
     assert any(r.wait_s for r in res.records) and any(r.reject_reason for r in res.records)
     return res.records
 

@@ -116,13 +116,19 @@ class FreeLedger:
         if new_gpus != old_gpus:
             self._rebucket(node, old_gpus, new_gpus)
 
-    def moved_gpus(self, node: int, old_gpus: float, new_gpus: float) -> None:
-        """moved(node, old_gpus, new_gpus, 0.0, 0.0) without the two additions of zero (the CPU and memory sums
-        start from sums of capacities, never -0.0, so x + 0.0 is x): a shell whose traces request no CPUs or
-        memory (Philly's) moves only GPUs, twice per attempt."""
-        self.gpus += new_gpus - old_gpus
-        if new_gpus != old_gpus:
-            self._rebucket(node, old_gpus, new_gpus)
+    def shift_gpus(self, free_gpus: npt.NDArray[np.float64], node: int, taken: float) -> float:
+        """Server `node` gives `taken` GPUs (a negative count: gets them back) in `free_gpus`, the shell's array
+        these sums and buckets describe: the array, the GPU sum and the buckets moved in one call; returns the
+        GPUs left free there. moved(node, had, left, 0.0, 0.0) with the array's update, without the two
+        additions of zero (the CPU and memory sums start from sums of capacities, never -0.0, so x + 0.0 is
+        x): a shell whose gang is one GPU-only learner (most of Philly's) does this twice per attempt."""
+        had = free_gpus.item(node)
+        left = had - taken
+        free_gpus[node] = left
+        self.gpus += left - had
+        if left != had:
+            self._rebucket(node, had, left)
+        return left
 
     def _rebucket(self, node: int, old_gpus: float, new_gpus: float) -> None:
         """Move `node` from the bucket of servers with old_gpus free to that of new_gpus (kept in server order)."""
@@ -186,10 +192,11 @@ class ShellFrame:
                 raise ValueError(f"ShellFrame: {name} must be a read-only mapping the shell keeps (MappingProxyType)")
         if not callable(running):
             raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
-        fixed = dict(Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
-                                    running_by_tenant, None, queued_tenants, copy=False).__dict__)
-        del fixed["clock"], fixed["queued"], fixed["free_buckets"]
-        self._fixed = fixed
+        built = Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
+                               running_by_tenant, None, queued_tenants, copy=False).__dict__
+        # Made without deleting from it: at()'s update() of a new snapshot's empty __dict__ copies a dict that
+        # never lost a key as one block, and one that did key by key.
+        self._fixed = {k: v for k, v in built.items() if k not in ("clock", "queued", "free_buckets")}
 
     def at(self, clock: float, queued: Sequence[JobView], free_totals: FreeTotals,
            free_buckets: Mapping[float, list[int]] | None,

@@ -135,7 +135,6 @@ class _ForecastRun(_Run):
         self.done = True
         self.clear_events()
         self.queued.clear()
-        self.queued_views.clear()
         self.growable.clear()
 
     def may_decide(self) -> bool:

@@ -5,7 +5,6 @@ from __future__ import annotations
 import csv
 import itertools
 import math
-import re
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -237,7 +236,9 @@ def write_jobs_csv(records: list[JobRecord], path: Path) -> None:
                       r.attempts_run, r.preemptions, r.resizes, r.gpu_s / 3600, r.gpu_s_failed / 3600,
                       "" if rho is None else rho, ";".join(r.failure_categories), r.reject_reason)
             line = templates[absent] % values
-            if line.count(",") == _SEPARATORS and _QUOTED.search(line) is None:
+            # Three substring tests (memchr) rather than a regex character class, which visits every character
+            # through the regex engine: ~0.12 against ~0.9 us a row of 117,000.
+            if line.count(",") == _SEPARATORS and '"' not in line and "\r" not in line and "\n" not in line:
                 batch.append(line)
                 if len(batch) == _BATCH:
                     flush()
@@ -257,8 +258,7 @@ def _row_formats(not_started: bool, not_finished: bool, no_rho: bool) -> tuple[s
             "%s", "%s")
 
 
-# What makes csv.writer (QUOTE_MINIMAL) quote a field: a quote or a line break in it, or a comma (then the
-# joined row holds more commas than the separators).
-_QUOTED = re.compile(r'["\r\n]')
+# What makes csv.writer (QUOTE_MINIMAL) quote a field: a quote or a line break in it (write_jobs_csv tests
+# for each), or a comma (then the joined row holds more commas than the separators).
 _SEPARATORS = len(JOB_COLUMNS) - 1
 _BATCH = 4096  # rows per write: few calls, and a few hundred KB of text held at a time

@@ -174,7 +174,6 @@ class _Run:
         self.rate_of = sim.perf.rate  # asked at every start
         # Whether the placer's answers never change with time alone (placer_wake() asks after every decision).
         self.placer_static = type(sim.placer).next_change_s is Placer.next_change_s
-        self.queued_views: dict[str, JobView] = {}
         self.running_views: dict[str, JobView] = {}
         # Their values as the snapshots' tuple, made again only after they change: policies that keep numbers
         # per tuple of running views (LAS) compute them once for all the decisions in between.
@@ -226,8 +225,10 @@ class _Run:
             self.clock = t
 
     def run(self) -> SimResult:
-        jobs = self.jobs
-        n = len(jobs)
+        # The jobs' submit times in trace order, then infinity: the next arrival's time is one subscript (t is
+        # never infinity where an arrival is due: the loop stops first).
+        arrivals = [job.submit_time_s for job in self.jobs]
+        arrivals.append(math.inf)
         next_arrival = 0
         until = self.sim.config.until_s
         round_s = self.sim.policy.round_s
@@ -263,7 +264,7 @@ class _Run:
         hits = misses = 0  # bounds worked out at such a pass that let it be counted, or did not
         settles = self.session.settles  # whether a plan that acted may be bounded at all (_quiet)
         while True:
-            t_arrival = jobs[next_arrival].submit_time_s if next_arrival < n else inf
+            t_arrival = arrivals[next_arrival]
             t_event = events[0] if events else inf
             # min(t_arrival, t_event, min(next_round, next_wake) if queued else inf) without the calls: the
             # first of equal values, as min() gives it (an int submit time stays an int).
@@ -287,7 +288,7 @@ class _Run:
                     self.contention_integral += (len(queued) + len(running)) * dt
                     self.clock = t
             changed = False  # an arrival or an attempt end this pass
-            while next_arrival < n and jobs[next_arrival].submit_time_s <= t:
+            while arrivals[next_arrival] <= t:
                 if gated:
                     self.offer(next_arrival)
                 else:
@@ -346,7 +347,7 @@ class _Run:
                     # Asked only where that round comes before anything else can happen (what the next
                     # loop compares it with): otherwise the answer cannot skip it, and working it out
                     # is not free (Themis values every running job).
-                    t_next = min(jobs[next_arrival].submit_time_s if next_arrival < n else math.inf,
+                    t_next = min(arrivals[next_arrival],
                                  events[0] if events else math.inf, next_wake)
                     if next_round < t_next:
                         quiet_until = self.quiet_until(plan)
@@ -522,7 +523,6 @@ class _Run:
         # enqueue(live) inline: once per job.
         job_id = spec.job_id
         self.queued[job_id] = live
-        self.queued_views[job_id] = live.view
         self.session.add(live.view)
         if self.gate is not None:
             tenant = spec.tenant
@@ -530,14 +530,12 @@ class _Run:
 
     def enqueue(self, live: _Live) -> None:
         self.queued[live.view.job_id] = live
-        self.queued_views[live.view.job_id] = live.view
         self.session.add(live.view)
         if self.gate is not None:
             tenant = live.record.spec.tenant
             self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def dequeue(self, job_id: str) -> _Live:
-        del self.queued_views[job_id]
         self.session.remove(job_id)
         live = self.queued.pop(job_id)
         if self.gate is not None:
@@ -630,21 +628,16 @@ class _Run:
     def hold(self, alloc: Allocation, sign: int, busy: bool = True) -> None:
         """Take (sign +1) or release (-1) an allocation's resources; capacity must never go negative.
         busy=False for learners that hold GPUs without computing (a partial gang, learner_at_a_time.py)."""
-        gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         g, c, m = alloc.gpus_per_learner, alloc.cpus_per_learner, alloc.mem_gb_per_learner
         nodes = alloc.learner_nodes
         if len(nodes) == 1 and not (c or m):
             # One learner, no CPUs or memory asked (most of a Philly trace's gangs): the loop below, unrolled.
-            node = nodes[0]
-            had_g = gpus.item(node)
-            left_g = had_g - sign * g
-            gpus[node] = left_g
-            self.ledger.moved_gpus(node, had_g, left_g)
-            if left_g < -1e-9:
-                raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
+            if self.ledger.shift_gpus(self.free_gpus, nodes[0], sign * g) < -1e-9:
+                raise AssertionError(f"capacity exceeded on node {nodes[0]} placing {alloc.job_id}: {alloc}")
             if busy:
                 self.busy += sign * g
             return
+        gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
         moved = self.ledger.moved
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():

@@ -142,12 +142,17 @@ def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
     """An allocation of `counts[i]` learners on `nodes[i]`; each learner gets `cpus` and `mem_gb`
     (default: the job's request)."""
     if len(nodes) == 1:  # the common case: the whole gang on one server
-        learner_nodes: tuple[int, ...] = (int(nodes[0]),) * int(counts[0])
-    else:
-        spread: list[int] = []
-        for n, c in zip(nodes, counts, strict=True):
-            spread.extend([int(n)] * int(c))
-        learner_nodes = tuple(spread)
+        return allocation_of(job, (int(nodes[0]),) * int(counts[0]), cpus, mem_gb)
+    spread: list[int] = []
+    for n, c in zip(nodes, counts, strict=True):
+        spread.extend([int(n)] * int(c))
+    return allocation_of(job, tuple(spread), cpus, mem_gb)
+
+
+def allocation_of(job: JobView, learner_nodes: tuple[int, ...], cpus: float | None = None,
+                  mem_gb: float | None = None) -> Allocation:
+    """The allocation of one learner on each of `learner_nodes` (a placer that has them at hand, e.g. best
+    fit's whole gang on one server, `(node,) * learners`: most placements, without make_allocation's lists)."""
     s = job.spec
     # Positional (job_id, learner_nodes, gpus, cpus, memory per learner): one per placement, keywords cost more.
     return Allocation(s.job_id, learner_nodes, s.gpus_per_learner, s.cpus_per_learner if cpus is None else cpus,

@@ -12,6 +12,7 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
     Placer,
+    allocation_of,
     best_of,
     best_spanning,
     bucket_ranges,
@@ -54,7 +55,7 @@ class PackPlacer(Placer):
                 whole &= mask
             node = tightest_node(whole, free)
         if node is not None:
-            return make_allocation(job, [node], [learners])
+            return allocation_of(job, (node,) * learners)
         groups = [mask] if mask is not None else type_groups(snap, job)
         s = job.spec
         g = s.gpus_per_learner
