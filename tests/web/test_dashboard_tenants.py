@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 import httpx
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.common.by import By
 from selenium.webdriver.remote.webdriver import WebDriver
 
@@ -23,8 +24,15 @@ def _whoami(url: str, token: str) -> httpx.Response:
 
 
 def _tenant_cells(driver: WebDriver, name: str) -> list[str] | None:
-    rows = driver.find_elements(By.CSS_SELECTOR, f'#tenants tbody tr[data-tenant="{name}"]')
-    return [td.text for td in rows[0].find_elements(By.TAG_NAME, "td")] if rows else None
+    # The page redraws the table on its refresh timer: a row found just before a redraw is gone when its cells
+    # are read (StaleElementReferenceException), so read it again from the redrawn table.
+    for _ in range(5):
+        rows = driver.find_elements(By.CSS_SELECTOR, f'#tenants tbody tr[data-tenant="{name}"]')
+        try:
+            return [td.text for td in rows[0].find_elements(By.TAG_NAME, "td")] if rows else None
+        except StaleElementReferenceException:
+            continue
+    raise AssertionError(f"the row of tenant {name} was redrawn at each of five reads")
 
 
 def _users(driver: WebDriver) -> list[str]:
