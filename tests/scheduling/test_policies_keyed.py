@@ -202,28 +202,26 @@ def test_las_het_works_out_a_preference_once_per_cluster_types_and_job_speeds() 
 
 
 # -- priority -----------------------------------------------------------------------------------------
-def test_priority_reads_the_running_classes_once_per_tuple_of_running_jobs(monkeypatch: pytest.MonkeyPatch) -> None:
-    # preemptor() asks whether any running job is of a lower class: a shell passes the same running tuple while
-    # nobody starts or ends, and the classes are read once for it, not again at every snapshot.
-    import loadmaster.scheduling.policies.priority as priority
-
-    read: list[str] = []
-
-    def counting(view: JobView) -> int:
-        read.append(view.job_id)
-        return view.spec.priority
-
-    monkeypatch.setattr(priority, "_PRIORITY", counting)
+def test_priority_reads_the_running_classes_from_the_shells_count() -> None:
+    # preemptor() asks whether any running job is of a lower class: from the count a shell keeps (the simulator)
+    # without reading the running jobs, or from the snapshot's own count of them when no shell gives one.
     c = cluster(4)
     run = (running(job("low", gpus=2, priority=0), (0,)), running(job("mid", gpus=2, priority=1), (0,)))
     high, same = queued(job("high", priority=2, submit=50)), queued(job("same", priority=0, submit=60))
     pol = PriorityPolicy()
-    gate = pol.gate(busy_snapshot(100, c, run, (high,)))
-    assert pol.preemptor(busy_snapshot(100, c, run, (high,)), gate, high)
-    assert not pol.preemptor(busy_snapshot(200, c, run, (high, same)), gate, same)
-    assert sorted(read) == ["low", "mid"]
-    assert pol.preemptor(busy_snapshot(300, c, run[1:], (high,)), gate, high)  # another tuple: read again
-    assert sorted(read) == ["low", "mid", "mid"]
+    snap = busy_snapshot(100, c, run, (high, same))
+    gate = pol.gate(snap)
+    assert dict(snap.running_priorities) == {0: 1, 1: 1}
+    assert pol.preemptor(snap, gate, high) and not pol.preemptor(snap, gate, same)
+
+    def never() -> tuple[JobView, ...]:
+        raise AssertionError("the running jobs were read")
+
+    counted = Snapshot.build(100.0, c, snap.free_gpus, snap.free_cpus, snap.free_mem, (high, same), never,
+                             tenant_gpus={"default": 4}, running_priorities=lambda: {1: 1})
+    assert pol.preemptor(counted, gate, high)
+    assert not pol.preemptor(counted, gate, same)
+    assert not pol.preemptor(busy_snapshot(300, c, (), (high,)), gate, high)  # nobody running
 
 
 def test_priority_preempts_lower_classes_only() -> None:

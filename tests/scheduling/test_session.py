@@ -168,6 +168,24 @@ def test_a_job_readded_while_queued_keeps_its_reason_and_a_removed_one_is_forgot
         "big": WaitReason.NO_CAPACITY}
 
 
+def test_queued_tenants_are_counted_only_once_asked_and_then_kept() -> None:
+    session = Session(make_policy("fifo"), make_placer("pack"))
+    views = {i: JobView(JobSpec(f"j{i}", "AB"[i % 2], 0.0, 1, 1, 100.0), 0.0) for i in range(4)}
+    for view in views.values():
+        session.add(view)
+    session.remove("j1")
+    assert session._tenants is None  # nobody asked: add() and remove() counted nothing
+    assert sorted(session.queued_tenants()) == ["A", "B"]
+    session.remove("j3")  # B's last job: from now on the count is kept
+    assert session.queued_tenants() == ["A"]
+    session.add(JobView(JobSpec("j9", "C", 0.0, 1, 1, 100.0), 0.0))
+    session.add(views[0])  # a changed view of a queued job: counted once
+    session.remove("j2")
+    assert sorted(session.queued_tenants()) == ["A", "C"]
+    session.remove("j0")
+    assert session.queued_tenants() == ["C"]
+
+
 def test_the_queue_is_not_copied_for_a_decision_a_sortable_policy_makes() -> None:
     c = Cluster((Node("n0", 2, 32.0, 256.0),))
     session = Session(make_policy("fifo"), make_placer("pack"))

@@ -22,7 +22,7 @@ def _read_only(a: np.ndarray) -> np.ndarray:
 
 _FIELDS = ("clock", "cluster", "free_gpus", "free_cpus", "free_mem", "queued", "tenants", "tenant_gpus",
            "free_buckets", "free_gpu_total", "free_cpu_total", "free_mem_total", "max_free_gpus", "running",
-           "running_by_tenant", "queued_tenants", "running_elastic")
+           "running_by_tenant", "queued_tenants", "running_elastic", "running_priorities")
 
 
 @settings(max_examples=60, deadline=None)
@@ -42,12 +42,14 @@ def test_a_frames_snapshot_is_builds(free: list[int], clock: float, n_queued: in
     queued = tuple(JobView(job(f"q{i}", tenant="B"), 0.0) for i in range(n_queued))
     elastic = () if elastic_given else (lambda: running)
     args = (views, lambda: running, quotas, MappingProxyType(holding), lambda: by_tenant, lambda: ["B"])
-    frame = ShellFrame(c, *args[0], *args[1:])
+    priorities = {0: 1}
+    frame = ShellFrame(c, *args[0], *args[1:], lambda: priorities)
     for step in range(2):  # the second time after the shell changed its state in place
         lazy = LazyJobs(lambda: queued, len(queued))
         made = frame.at(clock, lazy, ledger.totals(), ledger.buckets, elastic)
         built = Snapshot.build(clock, c, *views, lazy, args[1], quotas, args[3], args[4], elastic, args[5],
-                               copy=False, free_totals=ledger.totals(), free_buckets=ledger.buckets)
+                               copy=False, free_totals=ledger.totals(), free_buckets=ledger.buckets,
+                               running_priorities=lambda: priorities)
         for name in _FIELDS:
             a, b = getattr(made, name), getattr(built, name)
             if isinstance(a, np.ndarray):
@@ -57,6 +59,10 @@ def test_a_frames_snapshot_is_builds(free: list[int], clock: float, n_queued: in
             else:
                 assert a == b, name
         assert made.tenant_gpus["A"] == 3 + step
+        seen = made.running_priorities
+        assert seen == {0: 1 + step}
+        priorities[0] += 1
+        assert made.running_priorities == seen  # a copy, read once: the shell's count changes after a decision
         holding["A"] += 1
         gpus[0] = 0.0
         ledger.reset(gpus, cpus, mem)

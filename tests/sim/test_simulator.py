@@ -6,7 +6,9 @@ from hypothesis import strategies as st
 
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import FinalStatus, JobSpec, JobStatus
-from loadmaster.scheduling import TenantQuota, make_placer, make_policy
+from loadmaster.scheduling import JobView, Snapshot, TenantQuota, make_placer, make_policy
+from loadmaster.scheduling.policies.base import Gate
+from loadmaster.scheduling.policies.priority import PriorityPolicy
 from loadmaster.sim.experiment import RunOptions, simulate
 from loadmaster.sim.failures import FailureModel, RetryPolicy
 from loadmaster.sim.perf import PerformanceModel
@@ -165,3 +167,28 @@ def test_every_job_is_accounted_for(raw: list[tuple[int, int, int, int, str, int
         else:
             assert r.first_start_s is not None and r.finish_s is not None and r.finish_s >= r.first_start_s
     assert res.busy_gpu_s <= c.total_gpus * res.end_s + 1e-6
+
+
+class _CheckingPriority(PriorityPolicy):
+    """Priority, checking at every preemptor() call the simulator's count of the classes running."""
+
+    calls = 0
+
+    def preemptor(self, snap: Snapshot, gate: Gate, job: JobView) -> bool:
+        counted: dict[int, int] = {}
+        for view in snap.running:
+            counted[view.spec.priority] = counted.get(view.spec.priority, 0) + 1
+        assert snap.running_priorities == counted
+        _CheckingPriority.calls += 1
+        return super().preemptor(snap, gate, job)
+
+
+def test_the_running_jobs_per_priority_class_are_kept_through_starts_ends_and_preemptions() -> None:
+    jobs = [job(f"j{i}", gpus=1 + i % 3, submit=7.0 * i, duration=40.0 + 13 * (i % 5), priority=i % 4,
+                failed_attempts_s=(20.0,) if i % 6 == 0 else ()) for i in range(40)]
+    c = cluster(4, 4)
+    sim = Simulator(c, _CheckingPriority(), make_placer("pack"), FailureModel(RetryPolicy.TRACE, 3, 0),
+                    PerformanceModel(c, locality=False), SimConfig(restart_overhead_s=5.0))
+    res = sim.run(workload(*jobs))
+    assert _CheckingPriority.calls > 20
+    assert sum(r.preemptions for r in res.records) > 0

@@ -74,7 +74,9 @@ class Session:
         # The provider `queued` hands every snapshot, made once (the dict is never replaced): a tuple of its
         # views as they are when a policy first iterates them.
         self._queued_tuple = partial(tuple, self._jobs.values())
-        self._tenants: dict[str, int] = {}  # queued jobs per tenant
+        # Queued jobs per tenant: built at the first queued_tenants() and kept from then on; None until then, so
+        # that add() and remove() count nothing for the policies that never ask (only DRF does).
+        self._tenants: dict[str, int] | None = None
         # Incremental mode: the classified jobs, their classes, and jobs to (re)classify at the next decision
         # with the reason they had before (None: never given one).
         self._entries: dict[str, _Entry] = {}
@@ -120,7 +122,12 @@ class Session:
 
     def queued_tenants(self) -> list[str]:
         """Tenants with a queued job (a Snapshot.build provider)."""
-        return list(self._tenants)
+        tenants = self._tenants
+        if tenants is None:
+            tenants = self._tenants = {}
+            for view in self._jobs.values():
+                self._count_tenant(view.spec.tenant, 1)
+        return list(tenants)
 
     def add(self, view: JobView) -> None:
         """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
@@ -128,9 +135,11 @@ class Session:
         self._unchanged = None
         old = self._jobs.get(job_id)
         if old is not None:
-            self._count_tenant(old.spec.tenant, -1)
             self._quiet = None  # a changed view: its class's answer may change
-        self._count_tenant(view.spec.tenant, 1)
+        if self._tenants is not None:
+            if old is not None:
+                self._count_tenant(old.spec.tenant, -1)
+            self._count_tenant(view.spec.tenant, 1)
         self._jobs[job_id] = view
         if self.incremental:
             # A job new to the queue is in no class and not pending (both hold queued jobs only): _detach()
@@ -153,15 +162,17 @@ class Session:
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
-        if view is not None:
+        if view is not None and self._tenants is not None:
             self._count_tenant(view.spec.tenant, -1)
 
     def _count_tenant(self, tenant: str, change: int) -> None:
-        n = self._tenants.get(tenant, 0) + change
+        tenants = self._tenants
+        assert tenants is not None
+        n = tenants.get(tenant, 0) + change
         if n:
-            self._tenants[tenant] = n
+            tenants[tenant] = n
         else:
-            del self._tenants[tenant]
+            del tenants[tenant]
 
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""

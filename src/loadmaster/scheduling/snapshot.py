@@ -172,8 +172,8 @@ class FreeLedger:
 class ShellFrame:
     """What a shell passes build() unchanged at every event, checked once: its cluster, read-only views of its
     free arrays (copy=False), its quotas and tenant GPUs as read-only mappings it keeps up to date, and its
-    providers of the running jobs, of them per tenant and of the queued tenants. at() then makes each
-    snapshot with one dict copy and the few values that change; the snapshot is build()'s (tests compare)."""
+    providers of the running jobs, of them per tenant and per priority class, and of the queued tenants. at()
+    then makes each snapshot with one dict copy and the few values that change; the snapshot is build()'s."""
 
     __slots__ = ("_fixed",)
 
@@ -181,7 +181,8 @@ class ShellFrame:
                  free_mem: npt.NDArray[np.float64], running: Callable[[], tuple[JobView, ...]],
                  tenants: Mapping[str, TenantQuota], tenant_gpus: Mapping[str, int],
                  running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]],
-                 queued_tenants: Callable[[], Iterable[str]]) -> None:
+                 queued_tenants: Callable[[], Iterable[str]],
+                 running_priorities: Callable[[], Mapping[int, int]] | None = None) -> None:
         # Each of these is shared by every snapshot made here: it must be the shell's own, never a copy that
         # build() would freeze at this instant.
         for name, value in (("free_gpus", free_gpus), ("free_cpus", free_cpus), ("free_mem", free_mem)):
@@ -193,7 +194,8 @@ class ShellFrame:
         if not callable(running):
             raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
         built = Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
-                               running_by_tenant, None, queued_tenants, copy=False).__dict__
+                               running_by_tenant, None, queued_tenants, copy=False,
+                               running_priorities=running_priorities).__dict__
         # Made without deleting from it: at()'s update() of a new snapshot's empty __dict__ copies a dict that
         # never lost a key as one block, and one that did key by key.
         self._fixed = {k: v for k, v in built.items() if k not in ("clock", "queued", "free_buckets")}
@@ -337,6 +339,19 @@ class Snapshot:
         return frozenset(j.spec.tenant for j in self.queued)
 
     @cached_property
+    def running_priorities(self) -> Mapping[int, int]:
+        """Running jobs per priority class (JobSpec.priority), classes without one left out (from the running
+        jobs, or the shell's provider if it gave one: counting ~900 running jobs per decision was most of what
+        the priority policy cost over fifo)."""
+        provider = self.__dict__.get("_running_priorities_provider")
+        if provider is not None:
+            return MappingProxyType(dict(provider()))
+        counts: dict[int, int] = {}
+        for job in self.running:
+            counts[job.spec.priority] = counts.get(job.spec.priority, 0) + 1
+        return MappingProxyType(counts)
+
+    @cached_property
     def running_elastic(self) -> tuple[JobView, ...]:
         """Running elastic jobs (computed on first use, by the shell's provider if it gave one)."""
         provider = self.__dict__.get("_running_elastic_provider")
@@ -360,6 +375,7 @@ class Snapshot:
         running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...] | None = None,
         queued_tenants: Callable[[], Iterable[str]] | None = None,
         copy: bool = True,
+        running_priorities: Callable[[], Mapping[int, int]] | None = None,
         free_totals: FreeTotals | None = None,
         free_buckets: Mapping[float, list[int]] | None = None,
     ) -> Snapshot:
@@ -368,6 +384,7 @@ class Snapshot:
         tenant_gpus and running_by_tenant may be passed by a shell that keeps them up to date
         incrementally; they must agree with `running` (they are derived from it when omitted).
         running_elastic: the running elastic jobs, or a provider of them called at most once, on first use.
+        running_priorities: a provider of the running jobs per priority class (no zeros), likewise.
         running_by_tenant is a provider called at most once, on first use inside decide(), so a policy
         that never asks costs nothing; the shell must not change its state while decide() runs.
         copy=False makes the free arrays read-only views of the shell's instead of copies: for a shell that
@@ -422,6 +439,8 @@ class Snapshot:
             snap.__dict__["_running_elastic_provider"] = running_elastic
         if queued_tenants is not None:
             snap.__dict__["_queued_tenants_provider"] = queued_tenants
+        if running_priorities is not None:
+            snap.__dict__["_running_priorities_provider"] = running_priorities
         return snap
 
     @classmethod

@@ -185,6 +185,9 @@ class _Run:
         self._holding: dict[str, int] = {}
         self.holding_view = MappingProxyType(self._holding)
         self.tenant_running: dict[str, dict[str, JobView]] = {}
+        # Running jobs per priority class (no zeros): counted at the first snapshot that asks (the priority
+        # policy), kept by launch() and stop_only() from then on; None until then, so that others pay nothing.
+        self._priorities: dict[int, int] | None = None
         # Running elastic jobs below their maximum size (a dict: ordered, so runs repeat exactly).
         self.growable: dict[str, None] = {}
         # Attempt ends: a heap of plain floats, each time once, and per time the (job index, token) of the events
@@ -553,7 +556,8 @@ class _Run:
         if frame is None:  # made at the first decision: a subclass may set its state up after __init__
             # The free arrays change only when the plan is carried out, after decide(): views, not copies.
             frame = self.frame = ShellFrame(self.cluster, *self.free_views, self.running_tuple, self.quotas,
-                                            self.holding_view, self.running_by_tenant, self.session.queued_tenants)
+                                            self.holding_view, self.running_by_tenant, self.session.queued_tenants,
+                                            self.running_priorities)
         return frame.at(self.clock, self.session.queued, self.ledger.totals(), self.ledger.buckets,
                         self.growable_views if self.growable else ())
 
@@ -584,6 +588,23 @@ class _Run:
 
     def running_by_tenant(self) -> dict[str, tuple[JobView, ...]]:
         return {t: tuple(views.values()) for t, views in self.tenant_running.items()}
+
+    def running_priorities(self) -> dict[int, int]:
+        counts = self._priorities
+        if counts is None:
+            counts = self._priorities = {}
+            for view in self.running_views.values():
+                self.count_priority(view.spec.priority, 1)
+        return counts
+
+    def count_priority(self, priority: int, change: int) -> None:
+        counts = self._priorities
+        assert counts is not None
+        n = counts.get(priority, 0) + change
+        if n:
+            counts[priority] = n
+        else:
+            del counts[priority]
 
     def apply(self, plan: Plan) -> None:
         if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
@@ -722,6 +743,8 @@ class _Run:
         self.running[job_id] = live
         self.running_views[job_id] = view
         self._running_tuple = None
+        if self._priorities is not None:
+            self.count_priority(spec.priority, 1)
         tenant = spec.tenant
         had = self.tenant_gpus.get(tenant, 0)
         holds = self.tenant_gpus[tenant] = had + learners * alloc.gpus_per_learner
@@ -750,6 +773,8 @@ class _Run:
         del self.running[job_id]
         del self.running_views[job_id]
         self._running_tuple = None
+        if self._priorities is not None:
+            self.count_priority(view.spec.priority, -1)
         if self.growable:
             self.growable.pop(job_id, None)
         gpus = len(alloc.learner_nodes) * alloc.gpus_per_learner
