@@ -341,12 +341,31 @@ class _Round:
             if key is not None:
                 self.no_preempt[key] = free.version
             return reason
-        # Keep every released victim that still fits beside the new gang (least valuable victims were
-        # released first, so the most valuable ones are tried first here).
-        self.free.take(alloc)
-        for victim in reversed(released):
+        assert saved is not None  # a placement was tried, so the releases were applied
+        self._keep_victims(job, alloc, released, shrunk, saved)
+        self.free.version += 1
+        return alloc
+
+    def _keep_victims(self, job: JobView, alloc: Allocation, released: list[JobView],
+                      shrunk: dict[str, Allocation], saved: SavedCapacity) -> None:
+        """Take the gang, then keep every released victim that still fits beside it (least valuable victims
+        were released first, so the most valuable ones are tried first here); preempt (or scale down) the
+        rest. Only victims on the gang's servers can fail to fit: elsewhere taking every victim back ends
+        where the search began. So the state saved before the search is restored, only the gang's
+        neighbours are released again and re-taken one by one, and the others just keep what they hold."""
+        free = self.free
+        free.restore(saved)
+        gang_nodes = alloc.nodes
+        on_gang = [victim.allocation is not None and not gang_nodes.isdisjoint(victim.allocation.learner_nodes)
+                   for victim in released]  # whether each released victim shares a server with the gang
+        self._release([victim for victim, near in zip(released, on_gang, strict=True) if near], shrunk)
+        free.take(alloc)
+        for victim, near in zip(reversed(released), reversed(on_gang), strict=True):
             assert victim.allocation is not None
-            kept = shrunk.get(victim.job_id)
+            kept = shrunk.get(victim.job_id) if shrunk else None
+            if not near:
+                self.gate.add(victim, victim.allocation.learners - (kept.learners if kept is not None else 0))
+                continue
             try:
                 self._unrelease(victim, kept)
             except ValueError:
@@ -357,10 +376,7 @@ class _Round:
                 else:
                     self.preempted.add(victim.job_id)
                     self.preempts.append(Preempt(victim.job_id, why, for_job=job.job_id))
-        self.free.give(alloc, grow=False)
-        self.free.version += 1
-        return alloc
-
+        free.give(alloc, grow=False)
 
     def _movers(self, job: JobView) -> list[JobView]:
         """Running jobs that may move to make room for `job`: smaller than it, not acted on in this round,
