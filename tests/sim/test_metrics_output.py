@@ -83,3 +83,18 @@ def test_rows_stay_in_order_across_batches(tmp_path: Path, monkeypatch: pytest.M
         monkeypatch.setattr(metrics, "_BATCH", size)
         write_jobs_csv(records, tmp_path / "jobs.csv")
         assert (tmp_path / "jobs.csv").read_bytes() == _plain_csv(records).encode()
+
+
+def test_zero_delays_are_written_as_the_float_format_writes_them(tmp_path: Path) -> None:
+    """A zero queueing delay and an empty wait are literal "0"s of the row's template: the same text as "%.6g"
+    of the difference and the sums, including a first start at -0.0 of a job submitted at 0 ("-0")."""
+    records = []
+    for submit, first, wait in ((5.0, 5.0, {}), (5, 5, {}), (0.0, 0.0, {}), (0, -0.0, {}), (-0.0, -0.0, {}),
+                                (2.5, 7.0, {"capacity": 0.0}), (3.0, 3.0, {"fragmentation": 1.5})):
+        r = JobRecord(job(f"j{len(records)}", submit=submit), status=JobStatus.COMPLETED, first_start_s=first,
+                      finish_s=first + 10, attempts_run=1, wait_s=dict(wait), ideal_s=10.0)
+        records.append(r)
+    write_jobs_csv(records, tmp_path / "jobs.csv")
+    written = (tmp_path / "jobs.csv").read_bytes()
+    assert written == _plain_csv(records).encode()
+    assert b",-0," in written and b",0,0,0,0,0," in written
