@@ -91,6 +91,11 @@ class Cluster:
         return tuple((t, (names == t) & has) for t in self.gpu_types)
 
     @cached_property
+    def type_mask_of(self) -> dict[str, npt.NDArray[np.bool_]]:
+        """type_masks by GPU type (placers look a preferred type's mask up for nearly every placement)."""
+        return dict(self.type_masks)
+
+    @cached_property
     def all_nodes_mask(self) -> npt.NDArray[np.bool_]:
         return np.ones(len(self.nodes), dtype=bool)
 

@@ -48,7 +48,8 @@ class PackPlacer(Placer):
                 mask: npt.NDArray[np.bool_] | None) -> Allocation | None:
         """Best placement on the nodes of `mask` (None: any type, the best over all types)."""
         buckets = free.buckets
-        node = GAVE_UP if buckets is None else tightest_by_buckets(buckets, job, learners, free, mask)
+        span = None if mask is None else snap.cluster.mask_ranges.get(id(mask))
+        node = GAVE_UP if buckets is None else tightest_by_buckets(buckets, job, learners, free, mask, span)
         if node == GAVE_UP:
             whole = whole_gang_nodes(job, learners, free, snap)
             if mask is not None:
@@ -60,7 +61,7 @@ class PackPlacer(Placer):
         s = job.spec
         g = s.gpus_per_learner
         ranges = (None if buckets is None or g <= 0 or s.cpus_per_learner or s.mem_gb_per_learner
-                  else bucket_ranges(groups, snap))
+                  else [span] if span is not None else bucket_ranges(groups, snap))
         if ranges is not None:
             # GPUs alone, groups of consecutive servers, the free arrays as the buckets describe them: each
             # group's servers counted from the buckets.
