@@ -112,6 +112,13 @@ class Cluster:
         return out
 
     @cached_property
+    def preference_cache(self) -> dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[npt.NDArray[np.bool_],
+                                                                                      tuple[int, int] | None], ...]]:
+        """Memo for placement.base.preferred_groups: (GPU types in preferred order, excluded types) -> their
+        (mask, span) pairs."""
+        return {}
+
+    @cached_property
     def fit_cache(self) -> dict[tuple[int, int, float, float, tuple[str, ...]], str | None]:
         """Memo for scheduling.feasibility: whether a job shape can ever run here (the cluster is immutable)."""
         return {}

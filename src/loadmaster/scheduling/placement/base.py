@@ -205,11 +205,11 @@ def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learne
         servers = buckets[level]
         if span is not None:
             a = bisect_left(servers, span[0])
-            b = bisect_left(servers, span[1], a)
-            if a == b:
+            if gpus_alone:  # the bucket's first server in the span, if any
+                if a < len(servers) and servers[a] < span[1]:
+                    return servers[a]
                 continue
-            if gpus_alone:
-                return servers[a]
+            b = bisect_left(servers, span[1], a)
             if b - a < len(servers):
                 servers = servers[a:b]
         elif gpus_alone:
@@ -368,11 +368,31 @@ def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = Non
     cluster = snap.cluster
     spec = job.spec
     if prefer is not None and spec.gpus_per_learner > 0:
-        masks = cluster.type_mask_of
-        return [masks[t] for t in prefer if t in masks and t not in spec.excluded_types]
+        return [mask for mask, _ in preferred_groups(snap, job, prefer)]
     if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and not spec.excluded_types):
         return [cluster.all_nodes_mask]
     return [mask for t, mask in cluster.type_masks if t not in spec.excluded_types]
+
+
+Span = tuple[int, int] | None  # (first, end) of a mask whose servers are consecutive (Cluster.mask_ranges)
+
+
+def preferred_groups(snap: Snapshot, job: JobView, prefer: Sequence[str]
+                     ) -> tuple[tuple[npt.NDArray[np.bool_], Span], ...]:
+    """type_groups(snap, job, prefer) with each mask's span, made once per cluster, preference and exclusions
+    (pack asks for nearly every placement a heterogeneity-aware policy makes)."""
+    cluster = snap.cluster
+    spec = job.spec
+    ranges = cluster.mask_ranges
+    if spec.gpus_per_learner <= 0:
+        return ((cluster.all_nodes_mask, ranges.get(id(cluster.all_nodes_mask))),)
+    key = (tuple(prefer), spec.excluded_types)
+    found = cluster.preference_cache.get(key)
+    if found is None:
+        masks = cluster.type_mask_of
+        found = cluster.preference_cache[key] = tuple(
+            (masks[t], ranges.get(id(masks[t]))) for t in prefer if t in masks and t not in spec.excluded_types)
+    return found
 
 
 def any_of(groups: Sequence[npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:
