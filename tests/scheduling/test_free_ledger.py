@@ -144,6 +144,28 @@ def test_the_tightest_server_from_buckets_is_the_scanned_one(snap: Snapshot, lea
     if free.gpus.size <= 64:  # it turns down at most 64 servers before leaving it to the scan
         assert found != GAVE_UP
     assert found == GAVE_UP or found == tightest_node(whole, free)
+    span = None if mask is None else snap.cluster.mask_ranges.get(id(mask))
+    if span is not None:  # the type's servers are consecutive: the walk cut to them finds the same server
+        in_span = tightest_by_buckets(ledger.buckets, job, learners, free, mask, span)
+        assert in_span == GAVE_UP or in_span == tightest_node(whole, free)
+
+
+def test_a_walk_cut_to_one_types_servers_never_looks_at_the_others() -> None:
+    """Philly's shape: many small servers of one type, then the large ones of another. A one-GPU job on the
+    large type: walking the buckets under the mask turns down every small server and gives up (leaving it
+    to the array scan); cut to the type's span, the walk finds the server at once."""
+    servers = [(2, "12gb", 2)] * 100 + [(8, "24gb", 8)] * 10
+    clu = cluster_of(servers)
+    free_gpus = np.array([float(free) for _, _, free in servers])
+    zeros = np.zeros_like(free_gpus)
+    ledger = FreeLedger(free_gpus, zeros, zeros)
+    snap = Snapshot.build(0.0, clu, free_gpus, zeros, zeros, (), (), free_totals=ledger.totals(),
+                          free_buckets=ledger.buckets)
+    job = JobView(JobSpec("j", "t", 0.0, 1, 1, 10.0), 0.0)
+    mask = clu.type_mask_of["24gb"]
+    free = FreeCapacity(snap)
+    assert tightest_by_buckets(ledger.buckets, job, 1, free, mask) == GAVE_UP
+    assert tightest_by_buckets(ledger.buckets, job, 1, free, mask, clu.mask_ranges[id(mask)]) == 100
 
 
 @settings(max_examples=300, deadline=None)

@@ -91,6 +91,11 @@ class Cluster:
         return tuple((t, (names == t) & has) for t in self.gpu_types)
 
     @cached_property
+    def type_mask_of(self) -> dict[str, npt.NDArray[np.bool_]]:
+        """type_masks by GPU type (placers look a preferred type's mask up for nearly every placement)."""
+        return dict(self.type_masks)
+
+    @cached_property
     def all_nodes_mask(self) -> npt.NDArray[np.bool_]:
         return np.ones(len(self.nodes), dtype=bool)
 
@@ -105,6 +110,13 @@ class Cluster:
             if idx.size and int(idx[-1]) - int(idx[0]) + 1 == idx.size:
                 out[id(mask)] = (int(idx[0]), int(idx[-1]) + 1)
         return out
+
+    @cached_property
+    def preference_cache(self) -> dict[tuple[tuple[str, ...], tuple[str, ...]], tuple[tuple[npt.NDArray[np.bool_],
+                                                                                      tuple[int, int] | None], ...]]:
+        """Memo for placement.base.preferred_groups: (GPU types in preferred order, excluded types) -> their
+        (mask, span) pairs."""
+        return {}
 
     @cached_property
     def fit_cache(self) -> dict[tuple[int, int, float, float, tuple[str, ...]], str | None]:

@@ -175,12 +175,17 @@ GAVE_UP = -1
 
 
 def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learners: int, free: FreeCapacity,
-                        mask: npt.NDArray[np.bool_] | None) -> int | None:
+                        mask: npt.NDArray[np.bool_] | None, span: tuple[int, int] | None = None) -> int | None:
     """tightest_node(whole_gang_nodes(...) & mask) from free-GPU buckets (FreeCapacity.buckets): the
     buckets in rising free-GPU count, each in server order, so the first server that takes the whole gang
     is the one the scan would pick (fewest free GPUs, lowest index on ties) without a pass over every
     server. None if no server takes it; GAVE_UP after turning down many servers, or for a job the buckets
-    do not describe (no GPUs, excluded GPU types): the caller scans the arrays then."""
+    do not describe (no GPUs, excluded GPU types): the caller scans the arrays then.
+
+    `span`, (first, end) when `mask` is that run of consecutive servers (Cluster.mask_ranges), takes the
+    mask's place: each bucket is cut to those servers by bisection, so other types' servers are never
+    looked at (on Philly, a 24gb job's walk would otherwise turn down hundreds of 12gb servers and give up).
+    """
     s = job.spec
     g, c, m = s.gpus_per_learner, s.cpus_per_learner, s.mem_gb_per_learner
     if g <= 0 or s.excluded_types:
@@ -190,11 +195,28 @@ def tightest_by_buckets(buckets: Mapping[float, list[int]], job: JobView, learne
     need_c = learners * c - 1e-6
     need_m = learners * m - 1e-6
     cpus, mem = free.cpus, free.mem
+    if span is not None:
+        mask = None
+    gpus_alone = c <= 0 and m <= 0 and mask is None  # then a bucket's first server takes the whole gang
     left = _BUCKET_VISITS
     for level in buckets:  # in rising order (Snapshot.free_buckets)
         if level < need_g:
             continue
-        for node in buckets[level]:
+        servers = buckets[level]
+        if span is not None:
+            a = bisect_left(servers, span[0])
+            if gpus_alone:  # the bucket's first server in the span, if any
+                if a < len(servers) and servers[a] < span[1]:
+                    return servers[a]
+                continue
+            b = bisect_left(servers, span[1], a)
+            if b - a < len(servers):
+                servers = servers[a:b]
+        elif gpus_alone:
+            if servers:
+                return servers[0]
+            continue
+        for node in servers:
             if ((mask is None or mask[node]) and (c <= 0 or cpus[node] >= need_c)
                     and (m <= 0 or mem[node] >= need_m)):
                 return node
@@ -346,11 +368,31 @@ def type_groups(snap: Snapshot, job: JobView, prefer: Sequence[str] | None = Non
     cluster = snap.cluster
     spec = job.spec
     if prefer is not None and spec.gpus_per_learner > 0:
-        masks = dict(cluster.type_masks)
-        return [masks[t] for t in prefer if t in masks and t not in spec.excluded_types]
+        return [mask for mask, _ in preferred_groups(snap, job, prefer)]
     if spec.gpus_per_learner == 0 or (len(cluster.gpu_types) <= 1 and not spec.excluded_types):
         return [cluster.all_nodes_mask]
     return [mask for t, mask in cluster.type_masks if t not in spec.excluded_types]
+
+
+Span = tuple[int, int] | None  # (first, end) of a mask whose servers are consecutive (Cluster.mask_ranges)
+
+
+def preferred_groups(snap: Snapshot, job: JobView, prefer: Sequence[str]
+                     ) -> tuple[tuple[npt.NDArray[np.bool_], Span], ...]:
+    """type_groups(snap, job, prefer) with each mask's span, made once per cluster, preference and exclusions
+    (pack asks for nearly every placement a heterogeneity-aware policy makes)."""
+    cluster = snap.cluster
+    spec = job.spec
+    ranges = cluster.mask_ranges
+    if spec.gpus_per_learner <= 0:
+        return ((cluster.all_nodes_mask, ranges.get(id(cluster.all_nodes_mask))),)
+    key = (tuple(prefer), spec.excluded_types)
+    found = cluster.preference_cache.get(key)
+    if found is None:
+        masks = cluster.type_mask_of
+        found = cluster.preference_cache[key] = tuple(
+            (masks[t], ranges.get(id(masks[t]))) for t in prefer if t in masks and t not in spec.excluded_types)
+    return found
 
 
 def any_of(groups: Sequence[npt.NDArray[np.bool_]]) -> npt.NDArray[np.bool_]:

@@ -12,6 +12,7 @@ from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import (
     GAVE_UP,
     Placer,
+    Span,
     allocation_of,
     best_of,
     best_spanning,
@@ -20,6 +21,7 @@ from loadmaster.scheduling.placement.base import (
     failure_reason,
     learner_slots,
     make_allocation,
+    preferred_groups,
     spanning_by_buckets,
     tightest_by_buckets,
     tightest_node,
@@ -36,19 +38,20 @@ class PackPlacer(Placer):
     def place(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
               prefer: Sequence[str] | None = None) -> Allocation | WaitReason:
         if prefer is not None:
-            for mask in type_groups(snap, job, prefer):
-                alloc = self._within(job, learners, free, snap, mask)
+            for mask, span in preferred_groups(snap, job, prefer):
+                alloc = self._within(job, learners, free, snap, mask, span)
                 if alloc is not None:
                     return alloc
             return failure_reason(job, learners, free, snap)
-        alloc = self._within(job, learners, free, snap, None)
+        alloc = self._within(job, learners, free, snap, None, None)
         return alloc if alloc is not None else failure_reason(job, learners, free, snap)
 
     def _within(self, job: JobView, learners: int, free: FreeCapacity, snap: Snapshot,
-                mask: npt.NDArray[np.bool_] | None) -> Allocation | None:
-        """Best placement on the nodes of `mask` (None: any type, the best over all types)."""
+                mask: npt.NDArray[np.bool_] | None, span: Span) -> Allocation | None:
+        """Best placement on the nodes of `mask` (None: any type, the best over all types); `span`: the mask's
+        servers when consecutive (preferred_groups)."""
         buckets = free.buckets
-        node = GAVE_UP if buckets is None else tightest_by_buckets(buckets, job, learners, free, mask)
+        node = GAVE_UP if buckets is None else tightest_by_buckets(buckets, job, learners, free, mask, span)
         if node == GAVE_UP:
             whole = whole_gang_nodes(job, learners, free, snap)
             if mask is not None:
@@ -60,7 +63,7 @@ class PackPlacer(Placer):
         s = job.spec
         g = s.gpus_per_learner
         ranges = (None if buckets is None or g <= 0 or s.cpus_per_learner or s.mem_gb_per_learner
-                  else bucket_ranges(groups, snap))
+                  else [span] if span is not None else bucket_ranges(groups, snap))
         if ranges is not None:
             # GPUs alone, groups of consecutive servers, the free arrays as the buckets describe them: each
             # group's servers counted from the buckets.
