@@ -11,7 +11,6 @@ from hypothesis import strategies as hst
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Plan, Snapshot, TenantQuota, decide, make_placer
-from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.decide import start_alone
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.policies.drf import DrfGate, DrfPolicy
@@ -120,29 +119,6 @@ def test_a_cpu_only_learner_is_counted_by_learners_not_gpus() -> None:
     assert gate.dominant("A") == 0.25
     gate.add(e, 1)  # given back in full
     assert gate.dominant("A") == 0.5
-
-
-def test_no_victims_where_releasing_them_all_leaves_no_server_for_a_learner() -> None:
-    # Three 8-GPU servers, each half B's and half A's; A (weight 1 of 10) is far above its entitlement, B may
-    # displace for its 8-GPU learner. Releasing all of A's jobs frees 4 GPUs on each server: no server holds
-    # the learner, so there is nothing to walk (decide() would release all three and give them back).
-    c = Cluster(tuple(node(i, gpus=8, cpus=64, mem=256) for i in range(3)))
-    run = tuple(running(job(f"b{i}", tenant="B", gpus=4), (i,)) for i in range(3)) + tuple(
-        running(job(f"a{i}", tenant="A", gpus=4), (i,)) for i in range(3))
-    big = queued(job("big", tenant="B", gpus=8, submit=50))
-    quotas = {"A": TenantQuota("A", 1), "B": TenantQuota("B", 9)}
-    snap = snapshot(c, run, (big,), quotas)
-    policy = DrfPolicy(max_loss_s=None)
-    gate = policy.gate(snap)
-    assert policy.preemptor(snap, gate, big)
-    gate.watch(FreeCapacity(snap))
-    assert list(policy.victim_candidates(snap, gate, big, lambda: snap.running)) == []
-    # Two 4-GPU learners fit once A's jobs are released: they are walked.
-    pair = queued(job("pair", tenant="B", learners=2, gpus=4, submit=50))
-    assert policy.preemptor(snap, gate, pair)
-    assert {v.job_id for v in policy.victim_candidates(snap, gate, pair, lambda: snap.running)} == {"a0", "a1", "a2"}
-    plan = decide(snap, DrfPolicy(max_loss_s=None), make_placer("pack"))
-    assert plan.preempts == () and plan.starts == ()
 
 
 def test_a_lone_start_works_out_no_weights() -> None:

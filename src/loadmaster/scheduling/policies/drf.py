@@ -35,7 +35,6 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.placement.base import bucket_room, bucket_slots
 from loadmaster.scheduling.plan import WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
@@ -141,7 +140,6 @@ class DrfGate(Gate):
         # a victim holds no CPUs or memory), whose books the give-back restores exactly (whole numbers).
         self.released = False
         self._out: set[str] = set()  # victims released and not given back (job ids), where gpus_only
-        self.free: FreeCapacity | None = None  # the decide() call's free capacity (watch())
         self.started_gpus = 0
         self.moves = 0  # usage changes booked (starts, releases)
         self.moved: set[str] = set()
@@ -282,9 +280,6 @@ class DrfGate(Gate):
         self.released = True
         n = a.learners
         self._move(job.spec.tenant, (float(a.gpus), n * a.cpus_per_learner, n * a.mem_gb_per_learner), -1.0)
-
-    def watch(self, free: FreeCapacity) -> None:
-        self.free = free
 
     def admit(self, job: JobView, gpus: int) -> Admission:
         # DRF is work conserving and never holds a job back: whether a job is within its tenant's
@@ -576,31 +571,6 @@ def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
     return bucket_room(bucket_slots(buckets, per_learner, 0, len(snap.free_gpus)), learners)
 
 
-def _room_once_released(free: FreeCapacity, lists: Iterable[list[tuple[tuple[float, ...], JobView]]],
-                        job: JobView) -> bool:
-    """Would the servers' free GPUs hold the learners of `job`'s gang (its minimum, if elastic; as decide()
-    counts them) once every job of `lists` is released? Counted on every server whatever its GPU type, CPUs
-    or memory, and with placement.base's tolerance: more room than a placer finds, never less."""
-    s = job.spec
-    per_learner = s.gpus_per_learner
-    if per_learner <= 0:
-        return True
-    learners = (s.min_learners or s.learners) if s.elastic else s.learners
-    gpus = free.gpus.tolist()
-    for victims in lists:
-        for _, v in victims:
-            a = v.allocation
-            if a is not None:
-                for node in a.learner_nodes:
-                    gpus[node] += a.gpus_per_learner
-    room = 0
-    for g in gpus:
-        room += int((g + 1e-6) // per_learner)
-        if room >= learners:
-            return True
-    return False
-
-
 def _gang_gpus(cls: JobClass) -> int:
     spec = cls.views[0].spec
     return spec.learners * spec.gpus_per_learner
@@ -852,16 +822,12 @@ class DrfPolicy(Policy):
                           victims: Callable[[], Sequence[JobView]]) -> Iterable[JobView]:
         # Only tenants above their entitlement can lose jobs: walk just theirs, merged in victim order
         # (displaceable ones first, so the first held one ends the walk), re-checking shares as they fall
-        # with each release. None where even all of them released would leave no room for the gang: decide()
-        # would release each, find no room and give them all back (most searches under overload: 553 of 919
-        # on the 3,000-job trace, and each then cost as much as one that succeeds).
+        # with each release.
         assert isinstance(gate, DrfGate)
 
         mine = job.spec.tenant
         lists = [self._displaceable_of(snap, gate, t) for t in gate.running_tenants
                  if t != mine and gate.above_entitlement(t)]
-        if gate.free is not None and not _room_once_released(gate.free, lists, job):
-            return ()
         merged = heapq.merge(*lists, key=_first)
         return (v for _, v in merged if self.may_preempt(snap, gate, job, v))
 
