@@ -41,6 +41,7 @@ from dataclasses import dataclass
 from functools import partial
 
 from loadmaster.core.job import Allocation
+from loadmaster.core.tally import tally
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.decide import _Round, decide_changes, start_alone
 from loadmaster.scheduling.placement.base import Placer
@@ -126,7 +127,7 @@ class Session:
         if tenants is None:
             tenants = self._tenants = {}
             for view in self._jobs.values():
-                self._count_tenant(view.spec.tenant, 1)
+                tally(tenants, view.spec.tenant, 1)
         return list(tenants)
 
     def add(self, view: JobView) -> None:
@@ -136,10 +137,11 @@ class Session:
         old = self._jobs.get(job_id)
         if old is not None:
             self._quiet = None  # a changed view: its class's answer may change
-        if self._tenants is not None:
+        tenants = self._tenants
+        if tenants is not None:
             if old is not None:
-                self._count_tenant(old.spec.tenant, -1)
-            self._count_tenant(view.spec.tenant, 1)
+                tally(tenants, old.spec.tenant, -1)
+            tally(tenants, view.spec.tenant, 1)
         self._jobs[job_id] = view
         if self.incremental:
             # A job new to the queue is in no class and not pending (both hold queued jobs only): _detach()
@@ -163,16 +165,7 @@ class Session:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
         if view is not None and self._tenants is not None:
-            self._count_tenant(view.spec.tenant, -1)
-
-    def _count_tenant(self, tenant: str, change: int) -> None:
-        tenants = self._tenants
-        assert tenants is not None
-        n = tenants.get(tenant, 0) + change
-        if n:
-            tenants[tenant] = n
-        else:
-            del tenants[tenant]
+            tally(self._tenants, view.spec.tenant, -1)
 
     def tenants_changed(self) -> None:
         """Quotas changed: every job is classified again (a rejection may now hold, or a class change)."""

@@ -19,6 +19,7 @@ import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import TRANSITIONS, Allocation, JobSpec, JobStatus, check_transition
+from loadmaster.core.tally import tally
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
@@ -594,17 +595,8 @@ class _Run:
         if counts is None:
             counts = self._priorities = {}
             for view in self.running_views.values():
-                self.count_priority(view.spec.priority, 1)
+                tally(counts, view.spec.priority, 1)
         return counts
-
-    def count_priority(self, priority: int, change: int) -> None:
-        counts = self._priorities
-        assert counts is not None
-        n = counts.get(priority, 0) + change
-        if n:
-            counts[priority] = n
-        else:
-            del counts[priority]
 
     def apply(self, plan: Plan) -> None:
         if plan.preempts or plan.resizes or plan.migrations or plan.rejects:  # most plans only start or wait
@@ -744,7 +736,7 @@ class _Run:
         self.running_views[job_id] = view
         self._running_tuple = None
         if self._priorities is not None:
-            self.count_priority(spec.priority, 1)
+            tally(self._priorities, spec.priority, 1)
         tenant = spec.tenant
         had = self.tenant_gpus.get(tenant, 0)
         holds = self.tenant_gpus[tenant] = had + learners * alloc.gpus_per_learner
@@ -774,7 +766,7 @@ class _Run:
         del self.running_views[job_id]
         self._running_tuple = None
         if self._priorities is not None:
-            self.count_priority(view.spec.priority, -1)
+            tally(self._priorities, view.spec.priority, -1)
         if self.growable:
             self.growable.pop(job_id, None)
         gpus = len(alloc.learner_nodes) * alloc.gpus_per_learner
