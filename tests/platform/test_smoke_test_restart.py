@@ -64,7 +64,11 @@ def test_a_kill_9_mid_smoke_test_neither_tests_a_passed_job_again_nor_changes_a_
             # on a loaded machine (a 5 s learner outlived a slow restart's 3 s and ended the test itself, "exited
             # 0 within its 3 s"); its gang then counts to step 100 from the test's checkpoint, as `passed`'s.
             midtest = submit("midtest", 2, "long-first", 2000, 100, 0.05)
-            _wait(c, midtest, lambda j: j["status"] == "PROCESSING", "its smoke test to run")
+            # PROCESSING comes with the attempt's row, before its learner is spawned (outcome `launching`): a kill
+            # then is a launch cut short, which the next server redoes as a new test ([1, 1, 2]). The test is
+            # under way once its learner runs (the executor's handle kept: progress.run_started_at).
+            _wait(c, midtest, lambda j: j["status"] == "PROCESSING" and j["progress"]["run_started_at"] is not None,
+                  "its smoke test's learner to run")
     except BaseException:
         first.p.kill()
         raise
