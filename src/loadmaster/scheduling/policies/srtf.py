@@ -383,6 +383,11 @@ class SrtfPolicy(KeyedPolicy):
     def gate(self, snap: Snapshot) -> Gate:
         return _DisplacementGate(snap)
 
+    def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
+        # The gate only keeps books for the displacement bound and admits everyone, as Gate does: asked at most
+        # arrivals, making one to ask it was ~3 % of srtf's simulation on 117,000 Philly-like jobs.
+        return True
+
     def key(self, snap: Snapshot, job: JobView) -> Key:
         return (job.remaining_at(snap.clock),)
 
