@@ -179,12 +179,12 @@ def test_themis_gives_up_where_no_preferred_type_could_take_the_gang() -> None:
 @settings(max_examples=150, deadline=None)
 @given(st.integers(0, 10**9), st.sampled_from((0, 10**9)))
 def test_srtf_counts_the_jobs_gaining_more_alike_from_a_list_or_the_array(seed: int, array_from: int) -> None:
-    # _Gains.above() bisects the sorted gains as a list for a few dozen running jobs and as the array itself
-    # from _BISECT_ARRAY_FROM on: both must count the jobs whose gain exceeds the remaining work asked about,
+    # _Gains.above() bisects the sorted gains as a list for a few dozen running jobs and compares the unsorted
+    # array from _UNSORTED_FROM on: both must count the jobs whose gain exceeds the remaining work asked about,
     # a gain equal to it (a tie) included in neither.
     snap, _ = _running_world(seed)
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr(srtf, "_BISECT_ARRAY_FROM", array_from)
+        mp.setattr(srtf, "_UNSORTED_FROM", array_from)
         memo = srtf.SrtfPolicy()._by_snapshot(snap)
     gains = memo.gains.tolist()
     assert memo.most == max(gains, default=-math.inf)

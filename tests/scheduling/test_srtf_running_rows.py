@@ -105,4 +105,4 @@ def test_gains_and_victim_order_from_kept_rows_are_those_of_a_fresh_policy(seed:
             k = rng.randint(0, len(jobs))
             assert kept_memo.gpus_of_first(k) == fresh_memo.gpus_of_first(k) == sum(
                 len(jobs[i].allocation.learner_nodes) * jobs[i].allocation.gpus_per_learner  # type: ignore[union-attr]
-                for i in fresh_memo.by_gain()[:k])
+                for i in fresh_memo.by_gain(k)[:k])
