@@ -9,6 +9,7 @@ import pytest
 from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer, make_policy
 from loadmaster.scheduling.placement import PLACERS
+from loadmaster.scheduling.plan import Plan, Start
 from loadmaster.scheduling.policies import POLICIES
 from loadmaster.scheduling.session import Session
 from tests.helpers import cluster, job
@@ -101,3 +102,27 @@ def test_full_mode_queue_of_one_rejects_waits_and_preempts_as_decide() -> None:
             full = decide(Snapshot.of_running(clock, c, (waiting,), running), make_policy("themis"),
                           make_placer("pack"))
             assert plan == full
+
+
+@pytest.mark.parametrize("policy", ["fifo", "las", "drf", "fair-fifo"])
+def test_start_or_decide_gives_the_lone_start_without_a_plan(policy: str) -> None:
+    """start_or_decide(): decide()'s lone start as (id, allocation), the job out of the queue as remove()
+    leaves it; any other plan as decide() gives it."""
+    c = cluster(2, 4)
+    spec = job("a", gpus=2)
+    bare, planned = Session(make_policy(policy), make_placer("pack")), Session(make_policy(policy), make_placer("pack"))
+    for session in (bare, planned):
+        session.add(JobView(spec, 0.0))
+    plan = planned.decide(Snapshot.of_running(0.0, c, planned.queued, ()))
+    planned.remove("a")
+    got = bare.start_or_decide(Snapshot.of_running(0.0, c, bare.queued, ()))
+    assert isinstance(got, tuple)
+    assert plan.starts == (Start(*got),) and plan == Plan((Start(*got),))
+    assert len(bare) == 0 and not bare.heads() and "a" not in bare
+    # A job too large for the free GPUs waits: the walk's plan, the same from both.
+    running = (JobView(job("r", gpus=8), 0.0, 1, Allocation("r", (0, 1), 4, 0.0, 0.0), 0.0, 1.0, 0.0, 0.0, 0, 0.0),)
+    for session in (bare, planned):
+        session.add(JobView(job("w", gpus=4), 1.0))
+    waits = planned.decide(Snapshot.of_running(1.0, c, planned.queued, running))
+    assert bare.start_or_decide(Snapshot.of_running(1.0, c, bare.queued, running)) == waits
+    assert len(bare) == len(planned) == 1

@@ -21,13 +21,19 @@ def simulate_counting(workload: Workload, cluster: Cluster, options: RunOptions,
     attributes of the simulator's run to set for it."""
     made = [0]
     decide = simulator._Run.decide
+    start_or_decide = simulator._Run.start_or_decide
 
     def counted(run: simulator._Run) -> object:
         made[0] += 1
         return decide(run)
 
+    def counted_alone(run: simulator._Run, keep: bool) -> object:  # the run loop's decide() and apply()
+        made[0] += 1
+        return start_or_decide(run, keep)
+
     with pytest.MonkeyPatch.context() as mp:
         mp.setattr(simulator._Run, "decide", counted)
+        mp.setattr(simulator._Run, "start_or_decide", counted_alone)
         for name, value in (run_attrs or {}).items():
             mp.setattr(simulator._Run, name, value)
         run = simulate(workload, cluster, options)

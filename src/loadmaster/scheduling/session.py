@@ -200,6 +200,20 @@ class Session:
     def decide(self, snap: Snapshot) -> Plan:
         """decide(snap) with the waits reduced to the reasons that changed. `snap.queued` must hold the
         session's queued jobs (pass `session.queued`)."""
+        got = self._decide(snap)
+        return Plan((Start(got[0], got[1]),)) if isinstance(got, tuple) else got  # starts, by position
+
+    def start_or_decide(self, snap: Snapshot) -> Plan | tuple[str, Allocation]:
+        """decide(snap) for a shell that carries out a lone start at once: where the plan would be one new
+        job's start and nothing else (_decide_alone), that job's id and allocation, the job already out of the
+        queue (remove()); any other plan as decide() gives it. Most arrivals on a cluster that is not
+        overloaded start so, and the Plan and Start made for each were read once."""
+        got = self._decide(snap)
+        if isinstance(got, tuple):
+            self.remove(got[0])
+        return got
+
+    def _decide(self, snap: Snapshot) -> Plan | tuple[str, Allocation]:
         if not self.incremental:
             return self._decide_full(snap)
         if self.marks:
@@ -213,9 +227,9 @@ class Session:
             self._quiet = None
             return _Walk(self, snap).run(walk.classified)
         if len(self._pending) == 1 and not self._entries and not self.migrate:
-            plan = self._decide_alone(snap)
-            if plan is not None:
-                return plan
+            alone = self._decide_alone(snap)
+            if alone is not None:
+                return alone
         if self.marks and self._marked is None:
             self._marked = frozenset(self.policy.marked_jobs(snap) or ())
         return _Walk(self, snap).run()
@@ -267,12 +281,13 @@ class Session:
         self._quiet = None
         self._marked = marked
 
-    def _decide_alone(self, snap: Snapshot) -> Plan | None:
+    def _decide_alone(self, snap: Snapshot) -> Plan | tuple[str, Allocation] | None:
         """The plan of a queue of one new job that starts at once without displacing anyone (most arrivals on
-        a cluster that is not overloaded), or None. The walk would classify the job, hand it out first and
-        make the same attempt on the same round; its class would be gone again once the job leaves. None
-        (the job waits, or starts only by preempting, or running elastic jobs may grow after it): the walk
-        decides, on a round of its own, as if this one had not been tried."""
+        a cluster that is not overloaded), or None; a job that is not elastic as its (id, allocation), the
+        plan's one Start (decide() makes the Plan, start_or_decide() none). The walk would classify the job,
+        hand it out first and make the same attempt on the same round; its class would be gone again once the
+        job leaves. None (the job waits, or starts only by preempting, or running elastic jobs may grow after
+        it): the walk decides, on a round of its own, as if this one had not been tried."""
         if snap.running_elastic:
             return None
         job_id = next(iter(self._pending))
@@ -284,7 +299,7 @@ class Session:
             if alloc is None:
                 return None
             del self._pending[job_id]
-            return Plan((Start(job_id, alloc),))  # starts, by position (one plan per lone start)
+            return job_id, alloc
         rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
         if rnd.why_never(view):
             return None

@@ -23,7 +23,7 @@ from loadmaster.core.tally import tally
 from loadmaster.core.workload import Workload
 from loadmaster.scheduling.decide import Reauctions
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, WaitReason
+from loadmaster.scheduling.plan import Plan, Start, WaitReason
 from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.session import Session
 from loadmaster.scheduling.snapshot import FreeLedger, JobView, ShellFrame, Snapshot, TenantQuota
@@ -267,6 +267,10 @@ class _Run:
         spans_gap = type(self.sim.policy).next_change_spans is not Policy.next_change_spans
         hits = misses = 0  # bounds worked out at such a pass that let it be counted, or did not
         settles = self.session.settles  # whether a plan that acted may be bounded at all (_quiet)
+        # A lone arrival's start is carried out without a Plan (start_or_decide()) unless a subclass decides or
+        # carries plans out its own way, or a placer's wake-up reads the plan.
+        bare_starts = not wakes and type(self).decide is _Run.decide and type(self).apply is _Run.apply
+        keep_plans = bool(round_s)  # quiet_until() reads the plan of every decision then
         while True:
             t_arrival = arrivals[next_arrival]
             t_event = events[0] if events else inf
@@ -337,16 +341,21 @@ class _Run:
                     counted = True
             if not counted and (queued or ((self.growable or (self.reauctions and running))
                                                    and self.busy < self.cluster.total_gpus)):
-                plan = self.decide()
+                if bare_starts:
+                    plan = self.start_or_decide(keep_plans)
+                else:
+                    plan = self.decide()
+                    self.apply(plan)
                 settled = None
-                self.apply(plan)
                 # Held jobs go in as their tenants' queues shorten; a start among them can shorten it again.
                 while self.held_n and self.release_held():
                     plan = self.decide()
                     self.apply(plan)
                 if wakes:
+                    assert plan is not None  # not bare_starts
                     next_wake = self.placer_wake(plan)
                 if round_s:
+                    assert plan is not None  # keep_plans
                     next_round = t + round_s
                     # Asked only where that round comes before anything else can happen (what the next
                     # loop compares it with): otherwise the answer cannot skip it, and working it out
@@ -541,6 +550,10 @@ class _Run:
 
     def dequeue(self, job_id: str) -> _Live:
         self.session.remove(job_id)
+        return self.unqueue(job_id)
+
+    def unqueue(self, job_id: str) -> _Live:
+        """dequeue() of a job the Session has let go already (start_or_decide())."""
         live = self.queued.pop(job_id)
         if self.gate is not None:
             self.tenant_queued[live.record.spec.tenant] -= 1
@@ -550,6 +563,21 @@ class _Run:
         self.decisions += 1
         snap = self.snap = self.snapshot()
         return self.session.decide(snap)
+
+    def start_or_decide(self, keep: bool) -> Plan | None:
+        """decide() and apply(), a lone arrival's start carried out without a Plan (Session.start_or_decide);
+        returns the plan carried out, None for such a start unless `keep` (one is made then). None stands for
+        a plan that started the one job queued: the run loop decides again before it would read it (it reads
+        the last plan only at a pass with a queue and no arrival or attempt end, and the queue empties here)."""
+        self.decisions += 1
+        snap = self.snap = self.snapshot()
+        got = self.session.start_or_decide(snap)
+        if not isinstance(got, tuple):
+            self.apply(got)
+            return got
+        job_id, alloc = got
+        self.start(self.unqueue(job_id), alloc)
+        return Plan((Start(job_id, alloc),)) if keep else None
 
     def snapshot(self) -> Snapshot:
         """A decision's input: the state now."""
