@@ -118,9 +118,14 @@ class FairPolicy(Policy):
         # The gate's answer without the gate (its copy of the usage, its calls): asked at most arrivals, it
         # was three quarters of what fair costs over fifo on 117,000 Philly-like jobs. admission() denies
         # whatever never_admits() refuses (the tenant holds no fewer than 0 GPUs).
-        tenant = job.spec.tenant
-        q = quota_of(self._quotas(snap), tenant)
-        return admission(q, snap.tenant_gpus.get(tenant, 0), job.spec.gpus) is not Admission.DENIED
+        return self._admitted_alone(snap, job) is not Admission.DENIED
+
+    def _admitted_alone(self, snap: Snapshot, job: JobView) -> Admission:
+        spec = job.spec
+        tenant = spec.tenant
+        # _quotas() written out: one call fewer at each of the ~165,000 lone starts of 117,000 Philly-like jobs.
+        q = quota_of(self.quotas if self.quotas is not None else snap.tenants, tenant)
+        return admission(q, snap.tenant_gpus.get(tenant, 0), spec.gpus)
 
     def share(self, snap: Snapshot, tenant: str) -> float:
         """GPUs the tenant holds over its quota (infinite without one): tenants furthest below go first."""
@@ -234,9 +239,11 @@ class FairFifoPolicy(FairPolicy):
     def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
         # fair's answer, and the quota left kept for the tenant's head: none to keep where the job is the one
         # queued (start_alone's case: it heads its tenant), so the heads are not worked out then.
-        if not super().admits_alone(snap, job):
+        if self._admitted_alone(snap, job) is Admission.DENIED:
             return False
-        if len(snap.queued) == 1 and snap.queued[0] is job:
+        if len(snap.queued) == 1:
+            # `job` is queued (admits_alone()'s contract): the one job queued, whose queue is not copied to be
+            # sure of it (a tuple of the Session's queue per lone start).
             return True
         tenant = job.spec.tenant
         return not kept_for_head(self.heads(snap).get(tenant), job, snap.tenant_gpus.get(tenant, 0),
