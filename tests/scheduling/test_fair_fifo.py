@@ -2,11 +2,15 @@
 
 from collections.abc import Collection, Sequence
 
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import JobView, Snapshot, TenantQuota, Wait, WaitReason, decide, make_placer, make_policy
 from loadmaster.scheduling.policies.fair import FairFifoPolicy
 from loadmaster.scheduling.session import Session
 from tests.helpers import cluster, job, queued
+from tests.scheduling.test_invariants import snapshots
 
 
 def _world(borrow: int | None = 0) -> tuple[Snapshot, dict[str, TenantQuota]]:
@@ -191,3 +195,13 @@ def test_a_lone_arrival_that_starts_at_once_is_decided_without_the_marks() -> No
     reasons = {w.job_id: w.reason for w in plan.waits}
     assert reasons == {w.job_id: w.reason for w in full.waits} == {"wide": WaitReason.OVER_QUOTA,
                                                                    "small": WaitReason.OVER_QUOTA}
+
+
+@settings(max_examples=150, deadline=None)
+@given(snap=snapshots(), policy=st.sampled_from(["fair", "fair-fifo"]))
+def test_class_order_is_borrowing_then_share(snap: Snapshot, policy: str) -> None:
+    """class_order() reads the tenant once for both: the same (borrowing(), share()) pair for every queued job,
+    quotas of 0 GPUs (an infinite share) included."""
+    pol = make_policy(policy)
+    for view in snap.queued:
+        assert pol.class_order(snap, view) == (pol.borrowing(snap, view), pol.share(snap, view.spec.tenant))

@@ -4,11 +4,19 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadmaster.core.cluster import Cluster, Node
-from loadmaster.core.job import Allocation
+from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.scheduling import JobView, Snapshot, WaitReason, make_placer
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.placement.base import fewest_servers
+from loadmaster.scheduling.placement.base import (
+    best_spanning,
+    fewest_servers,
+    learner_slots,
+    tightest_node,
+    type_groups,
+    whole_gang_nodes,
+)
 from tests.helpers import cluster, job, queued
+from tests.scheduling.test_invariants import snapshots
 
 
 def _place(placement: str, c: Cluster, spec_job: JobView, free_gpus: list[int] | None = None
@@ -102,3 +110,21 @@ def test_fewest_servers_picks_the_last_node_as_the_list_version_did(slots: list[
     if int(np.minimum(array, learners).sum()) < learners:
         return  # fewest_servers() is only asked when the slots hold the gang
     assert fewest_servers(array, learners) == _fewest_servers_by_lists(array, learners)
+
+
+@settings(max_examples=200, deadline=None)
+@given(snap=snapshots(), gpus=st.integers(1, 8), cpus=st.sampled_from([0.0, 6.0, 40.0]), prefer=st.booleans())
+def test_a_one_learner_gang_no_server_takes_has_no_spread_placement(snap: Snapshot, gpus: int, cpus: float,
+                                                                     prefer: bool) -> None:
+    """pack answers a one-learner gang from the one-server search alone (no multi-server search after it): on
+    every group it searches (each preferred type, or the types the job may use), the multi-server search
+    finds nothing where no server of the group takes the learner."""
+    one = JobView(JobSpec("j", "t", 0.0, 1, gpus, 10.0, cpus_per_learner=cpus), 0.0)
+    free = FreeCapacity(snap)
+    order = list(reversed(snap.cluster.gpu_types)) if prefer else None
+    slots = learner_slots(one, free)
+    for group in type_groups(snap, one, order):
+        if tightest_node(whole_gang_nodes(one, 1, free, snap) & group, free) is None:
+            assert best_spanning([group], slots, 1, free, gpus) is None
+    placed = make_placer("pack").place(one, 1, free, snap, order)
+    assert isinstance(placed, WaitReason) or len(set(placed.learner_nodes)) == 1

@@ -217,7 +217,12 @@ class Session:
         if not self.incremental:
             return self._decide_full(snap)
         if self.marks:
-            self._remark(snap)
+            if self._entries or self._quiet is not None:
+                self._remark(snap)
+            else:
+                # Nothing classified and nothing promised: no class rests on the marks. Most arrivals under
+                # fair-fifo start alone, and working out the marks for them was ~5% of its 117k run.
+                self._marked = None
         if self._quiet is not None:
             walk = _Walk(self, snap)
             plan = walk.run_quiet()
@@ -265,12 +270,8 @@ class Session:
 
     def _remark(self, snap: Snapshot) -> None:
         """Classify again the jobs that gained or lost the policy's mark since the last decision (a tenant's
-        new head under fair-fifo: the old one left, or a requeued job was submitted before it)."""
-        if not self._entries and self._quiet is None:
-            # Nothing classified and nothing promised: no class rests on the marks. Most arrivals under fair-fifo
-            # start alone, and working out the marks for them was ~5% of its 117k run.
-            self._marked = None
-            return
+        new head under fair-fifo: the old one left, or a requeued job was submitted before it). Asked only
+        while a job is classified or a promise holds (decide())."""
         assert self._marked is not None  # a walk classified the jobs (decide() works the marks out before it)
         marked = frozenset(self.policy.marked_jobs(snap) or ())
         if marked == self._marked:

@@ -88,10 +88,11 @@ class Policy(ABC):
         return Gate(snap)
 
     def admits_alone(self, snap: Snapshot, job: JobView) -> bool:
-        """Would gate(snap) let `job` start as the first job of a decision: never_admits() gives no reason
-        and admit() does not deny its whole gang? Asked of the one queued job, which starts without a round
-        (decide.start_alone) at most arrivals. Default: asks a gate made for it; a policy whose gate keeps
-        books may answer from the snapshot without making one (nothing is counted before the first job)."""
+        """Would gate(snap) let `job` (one of snap.queued) start as the first job of a decision: never_admits()
+        gives no reason and admit() does not deny its whole gang? Asked of the one queued job, which starts
+        without a round (decide.start_alone) at most arrivals. Default: asks a gate made for it; a policy whose
+        gate keeps books may answer from the snapshot without making one (nothing is counted before the first
+        job)."""
         if type(self).gate is Policy.gate:
             return True  # the default gate admits everything
         gate = self.gate(snap)
