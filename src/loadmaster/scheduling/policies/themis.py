@@ -67,7 +67,6 @@ from loadmaster.core.cluster import Cluster
 from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.profiles import family_of, max_cpu_speed
 from loadmaster.scheduling.policies.base import Gate, Policy
-from loadmaster.scheduling.policies.themis_floors import VictimFloors
 from loadmaster.scheduling.policies.themis_quiet import quiet_until
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
@@ -131,10 +130,6 @@ _EFFICIENCY_ORDER = itemgetter(3, 1, 2)
 # From this many queued jobs on, rho is computed for all of them at once with numpy (fewer, and numpy's
 # fixed cost per call is more than the Python loop's).
 _VECTOR_MIN = 64
-# From this many running jobs on, victims() values only those themis_floors does not rule out: below it,
-# keeping the floors in step with the running jobs costs more than valuing them all (the 3,000-job overload,
-# ~54 running: +1.3 % instructions with the floors).
-_FLOORS_MIN = 128
 _SPEC = attrgetter("spec")
 _JOB_ID = attrgetter("job_id")
 _SUBMIT = attrgetter("submit_time_s")
@@ -413,12 +408,7 @@ class _Round:
             get = known.get if known else None
             narrow = min_gpus >= 0  # else no gang is narrow enough to skip
             entries = []
-            running = self.snap.running
-            # Only the running jobs whose floor is below `top` may make the list (themis_floors): under
-            # overload a fifth of them or less. None: every one is valued, as without the floors.
-            pool = (p.floors.candidates(running, clock, share, top, ckpt, restart) if len(running) >= _FLOORS_MIN
-                    else None)
-            for v in running if pool is None else pool:
+            for v in self.snap.running:
                 started = v.started_at
                 if started is not None and started > cutoff:
                     continue
@@ -654,8 +644,6 @@ class ThemisPolicy(Policy):
         self.type_speed: Mapping[str, float] = dict(DEFAULT_TYPE_SPEED if type_speed is None else type_speed)
         self._last: _Round | None = None
         self._facts: _ClusterFacts | None = None
-        # The running jobs by a floor under their rho if preempted, kept across snapshots (victims()).
-        self.floors = VictimFloors()
 
     def offer_count(self, queued: int) -> int:
         """How many of `queued` waiting jobs get the offer: the worst 1 - f fraction, at least one."""
