@@ -135,6 +135,20 @@ def test_a_lone_start_works_out_no_weights() -> None:
     assert "queued_tenants" in snap.__dict__
 
 
+def test_a_lone_start_makes_no_gate() -> None:
+    # A DrfGate admits every job, so start_alone asks DRF admits_alone() without a gate being made for it.
+    c = Cluster((node(0),))
+    a = queued(job("a", tenant="A"))
+    snap = snapshot(c, (), (a,))
+    policy = DrfPolicy()
+    made: list[Snapshot] = []
+    gate = policy.gate
+    policy.gate = lambda s: made.append(s) or gate(s)  # type: ignore[method-assign]
+    assert policy.admits_alone(snap, a)
+    assert start_alone(snap, policy, make_placer("pack"), a) is not None
+    assert not made
+
+
 def test_a_victim_given_back_in_full_is_no_longer_released() -> None:
     # A displacement search that fails gives back every victim it released: the round is then as before it
     # (usage and free GPUs), and DRF's walk keeps the classes it pruned (they stay answered without a visit).
