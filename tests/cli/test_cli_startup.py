@@ -54,9 +54,11 @@ def test_a_themis_run_imports_only_what_it_uses(tmp_path: Path) -> None:
 
 def test_a_run_with_failures_to_draw_still_draws_them(tmp_path: Path) -> None:
     """numpy.random is imported at the first draw: the Philly sample's failed attempts draw categories, and
-    the run's summary is the one the eager generator gave (the golden runs check the numbers)."""
+    the run's summary is the one the eager generator gave (the golden runs check the numbers). A run without
+    plots imports no figure module."""
     summary, _, modules = _run(tmp_path, "--trace", "sample:philly", "--cluster", "philly", "--no-plots")
     assert "numpy.random" in modules
+    assert not {"loadmaster.sim.figures", "loadmaster.sim.svg", "loadmaster.sim.plots"} & set(modules)
     assert summary["gpu_hours_failed_attempts"] > 0
 
 

@@ -7,7 +7,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.core.workload import Workload
@@ -15,12 +15,13 @@ from loadmaster.scheduling.placement import make_placer
 from loadmaster.scheduling.policies import make_policy
 from loadmaster.scheduling.snapshot import TenantQuota
 from loadmaster.sim.failures import FailureModel, RetryPolicy
-from loadmaster.sim.figures import Figure, rho_figure, run_figures
 from loadmaster.sim.metrics import summarize, write_jobs_csv
 from loadmaster.sim.perf import PerformanceModel
 from loadmaster.sim.quotas import quotas_by_demand
 from loadmaster.sim.simulator import ProgressFn, SimConfig, SimResult, Simulator
-from loadmaster.sim.svg import render_svg
+
+if TYPE_CHECKING:
+    from loadmaster.sim.figures import Figure
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def render(figures: list[Figure], out: Path, plots: str) -> list[Path]:
         from loadmaster.sim.plots import render_png  # matplotlib costs ~0.5 s to import: only when asked for
 
         return [render_png(f, out) for f in figures]
+    from loadmaster.sim.svg import render_svg
+
     return [render_svg(f, out) for f in figures]
 
 
@@ -107,6 +110,10 @@ def write_run(out: Path, run: RunOutcome, plots: str = "svg") -> list[Path]:
     write_jobs_csv(run.result.records, out / "jobs.csv")
     written = [out / "summary.json", out / "jobs.csv"]
     if plots != "none":
+        # The figures' modules (and numpy.typing, which they import) only when plots are drawn: a --plots none
+        # run's process skips ~40 M instructions of imports (~60 M where no bytecode cache is written).
+        from loadmaster.sim.figures import run_figures
+
         written += render(run_figures({run.label: run.result}), out, plots)
     return written
 
@@ -150,6 +157,8 @@ def write_comparison(out: Path, runs: list[RunOutcome], plots: str = "svg") -> l
     )
     written = [out / "comparison.md", out / "comparison.csv", out / "comparison.json"]
     if plots != "none":
+        from loadmaster.sim.figures import rho_figure, run_figures
+
         results = {run.label: run.result for run in runs}
         written += render([*run_figures(results), rho_figure(results)], out, plots)
     return written
