@@ -106,9 +106,8 @@ class Session:
         # no job is classified (no class rests on the marks: they are worked out before a walk classifies).
         self.marks = policy.marks_jobs
         self._marked: frozenset[str] | None = None
-        # Incremental mode: the Waits made so far, per queued job, per reason (_wait()). Kept per job so that a
-        # job leaving the queue costs one pop, not one per reason ever given to anyone.
-        self._waits: dict[str, dict[WaitReason, Wait]] = {}
+        # Incremental mode: the Waits made so far, per reason, per queued job (_wait()).
+        self._waits: dict[WaitReason, dict[str, Wait]] = {}
 
     # -- what the shell tells it -------------------------------------------------------------------------
     @property
@@ -160,7 +159,8 @@ class Session:
                 del self._pending[job_id]
             elif job_id in self._entries:
                 self._detach(job_id)
-            self._waits.pop(job_id, None)
+            for made in self._waits.values():
+                made.pop(job_id, None)
         else:
             self._reason.pop(job_id, None)
         view = self._jobs.pop(job_id, None)
@@ -409,14 +409,12 @@ class Session:
         while it waits (fair-fifo: each time its VC's usage crosses what the VC's head needs, every other job
         of the VC turns OVER_QUOTA or back): a new Wait each time made thousands of objects per decision,
         which ran the garbage collector's young and full passes inside decide() (docs/benchmarks.md, h9ff)."""
-        made = self._waits.get(job_id)
+        made = self._waits.get(reason)
         if made is None:
-            wait = Wait(job_id, reason)
-            self._waits[job_id] = {reason: wait}
-            return wait
-        wait = made.get(reason)
+            made = self._waits[reason] = {}
+        wait = made.get(job_id)
         if wait is None:
-            wait = made[reason] = Wait(job_id, reason)
+            wait = made[job_id] = Wait(job_id, reason)
         return wait
 
     def _entries_class(self, job_id: str) -> JobClass:
