@@ -2,11 +2,13 @@
 
 from collections.abc import Collection, Sequence
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling import JobView, Snapshot, TenantQuota, Wait, WaitReason, decide, make_placer, make_policy
+from loadmaster.scheduling.decide import _Round
 from loadmaster.scheduling.policies.fair import FairFifoPolicy
 from loadmaster.scheduling.session import Session
 from tests.helpers import cluster, job, queued
@@ -205,3 +207,33 @@ def test_class_order_is_borrowing_then_share(snap: Snapshot, policy: str) -> Non
     pol = make_policy(policy)
     for view in snap.queued:
         assert pol.class_order(snap, view) == (pol.borrowing(snap, view), pol.share(snap, view.spec.tenant))
+
+
+def test_a_session_walk_answers_quota_refusals_and_oversized_gangs_without_attempting(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A walk under a gate that may refuse asks the gate first, then the capacity limits, as attempt() would:
+    a job held for its VC's head, or one larger than the free GPUs that may displace nobody, gets its reason
+    without the call (under fair-fifo half the visits of an overloaded walk are quota refusals)."""
+    snap, quotas = _world()
+    quotas["B"] = TenantQuota("B", 4, 8)
+    big = queued(job("big", learners=2, gpus=4, tenant="B", submit=3))  # would borrow: may displace nobody
+    waiting = (*snap.queued, big)
+    snap = Snapshot.build(5, snap.cluster, [2, 4], [32, 32], [256, 256], waiting, snap.running, quotas)
+    attempted: list[str] = []
+    real = _Round.attempt
+
+    def counting(rnd: _Round, view: JobView) -> tuple[Allocation | WaitReason, bool]:
+        attempted.append(view.job_id)
+        return real(rnd, view)
+
+    session = Session(make_policy("fair-fifo"), make_placer("pack"))
+    for view in waiting:
+        session.add(view)
+    monkeypatch.setattr(_Round, "attempt", counting)
+    plan = session.decide(Snapshot.build(5, snap.cluster, [2, 4], [32, 32], [256, 256], session.queued,
+                                         snap.running, quotas))
+    assert attempted == []
+    full = decide(snap, make_policy("fair-fifo"), make_placer("pack"))
+    assert plan.starts == full.starts == ()
+    assert {w.job_id: w.reason for w in plan.waits} == {w.job_id: w.reason for w in full.waits} == {
+        "wide": WaitReason.OVER_QUOTA, "small": WaitReason.OVER_QUOTA, "big": WaitReason.NO_CAPACITY}
