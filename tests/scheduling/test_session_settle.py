@@ -104,13 +104,12 @@ def test_gates_say_whether_they_may_refuse() -> None:
     assert Refusing.may_deny()  # overriding admit() is taken to refuse unless the gate says otherwise
 
 
-@pytest.mark.parametrize("policy", ["drf", "srtf", "las", "fifo-strict"])
+@pytest.mark.parametrize("policy", ["drf", "srtf", "las", "fifo-strict", "fair-fifo"])
 def test_visits_answered_without_an_attempt_give_the_same_plans(policy: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """The walk answers a gang larger than the free GPUs (or a learner larger than any server's) without
-    attempt() where no gate refuses and the job may displace nobody. The same worlds with that turned off
-    (every gate taken to refuse) make more attempts and the same plans (both checked against decide())."""
-    from loadmaster.scheduling.policies.base import Gate
-    from loadmaster.scheduling.policies.drf import DrfGate
+    attempt() where the job may displace nobody. The same worlds with that turned off (_Walk.quick_answers)
+    make more attempts and the same plans (both checked against decide())."""
+    from loadmaster.scheduling.session import _Walk
 
     decide_module = importlib.import_module("loadmaster.scheduling.decide")
 
@@ -126,8 +125,7 @@ def test_visits_answered_without_an_attempt_give_the_same_plans(policy: str, mon
     for seed in range(25):
         _check(seed, policy, "pack", steps=30)
     mode = "slow"
-    monkeypatch.setattr(Gate, "may_deny", classmethod(lambda cls: True))
-    monkeypatch.setattr(DrfGate, "may_deny", classmethod(lambda cls: True))
+    monkeypatch.setattr(_Walk, "quick_answers", False)
     for seed in range(25):
         _check(seed, policy, "pack", steps=30)
     assert attempts["quick"] < attempts["slow"]

@@ -574,6 +574,10 @@ class _HeadsOrder:
 class _Walk:
     """One incremental decision: the merge over classes, the reasons it finds, and the plan."""
 
+    # Whether a visit whose answer needs no placement (a gate's refusal, a gang larger than the free GPUs)
+    # is answered without attempt(). Always, but for the tests that compare the walk with and without it.
+    quick_answers = True
+
     def __init__(self, session: Session, snap: Snapshot) -> None:
         self.session = session
         self.snap = snap
@@ -705,7 +709,7 @@ class _Walk:
         # someone (then attempt() searches). Under overload most visits after a start are these (DRF: 33,000
         # of 38,000 on the 3,000-job trace). A gate that may refuse is asked first, as attempt() asks it: under
         # fair-fifo half the visits are refused for quota.
-        quick = not session.migrate
+        quick = self.quick_answers and not session.migrate
         denied, over_quota = Admission.DENIED, WaitReason.OVER_QUOTA
         free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
         # Only a policy that knows a bound (srtf) is asked it here; the default's True changes nothing.
