@@ -237,3 +237,28 @@ def test_a_session_walk_answers_quota_refusals_and_oversized_gangs_without_attem
     assert plan.starts == full.starts == ()
     assert {w.job_id: w.reason for w in plan.waits} == {w.job_id: w.reason for w in full.waits} == {
         "wide": WaitReason.OVER_QUOTA, "small": WaitReason.OVER_QUOTA, "big": WaitReason.NO_CAPACITY}
+
+
+def test_a_session_walk_asks_the_gate_once_for_a_job_it_admits(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The walk asks a refusing gate first; a job it admits is then placed without attempt() asking again."""
+    c = cluster(4, 4)
+    quotas = {"A": TenantQuota("A", 8, 0)}
+    waiting = (queued(job("wide", gpus=4, tenant="A", submit=1)), queued(job("s1", gpus=1, tenant="A", submit=2)),
+               queued(job("s2", gpus=1, tenant="A", submit=3)))
+    snap = Snapshot.idle(0, c, waiting, quotas)
+    policy = make_policy("fair-fifo")
+    gate_type = type(policy.gate(snap))
+    asked: list[str] = []
+    real = gate_type.admit
+
+    def counting(gate: object, view: JobView, gpus: int) -> object:
+        asked.append(view.job_id)
+        return real(gate, view, gpus)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(gate_type, "admit", counting)
+    session = Session(policy, make_placer("pack"))
+    for view in waiting:
+        session.add(view)
+    plan = session.decide(snap)
+    assert sorted(s.job_id for s in plan.starts) == ["s1", "s2", "wide"]
+    assert sorted(asked) == ["s1", "s2", "wide"]

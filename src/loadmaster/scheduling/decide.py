@@ -496,6 +496,11 @@ class _Round:
             smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if elastic else spec.gpus
             if gate.admit(job, smallest) is Admission.DENIED:
                 return WaitReason.OVER_QUOTA, False
+        return self.attempt_admitted(job), True
+
+    def attempt_admitted(self, job: JobView) -> Allocation | WaitReason:
+        """attempt() for a job the gate has just admitted (or whose gate admits all): the caller asked the gate
+        itself, so it is not asked twice."""
         result = self.place(job)
         if self.migrate and type(result) is not Allocation:
             assert isinstance(result, WaitReason)
@@ -505,9 +510,9 @@ class _Round:
             result = self.place_by_preempting(job, result)
         if isinstance(result, Allocation):
             self.free.take(result)
-            gate.add(job, result.learners)
-            self.starts.append(Start(spec.job_id, result))
-        return result, True
+            self.gate.add(job, result.learners)
+            self.starts.append(Start(job.spec.job_id, result))
+        return result
 
     def why_never(self, job: JobView) -> str | None:
         """Why `job` can never run here (it is rejected), or None."""

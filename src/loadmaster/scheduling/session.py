@@ -737,6 +737,8 @@ class _Walk:
                     if (result is not None and preemptive and policy.preemptor(snap, gate, view)
                             and (not bounded or policy.room_by_displacing(snap, gate, view))):
                         result = None  # attempt() searches: no answer without it
+                    if result is None:
+                        result = rnd.attempt_admitted(view)  # the gate has answered above
             if result is None:
                 result, placed = rnd.attempt(view)
             if isinstance(result, Allocation):
