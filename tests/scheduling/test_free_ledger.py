@@ -48,10 +48,10 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
             held.append((n, g, c, m))
             sign = 1
         had = float(gpus[n])
-        gpus[n] = had - sign * g
-        cpus[n] += -sign * c
-        mem[n] += -sign * m
-        ledger.moved(n, had, float(gpus[n]), -sign * c, -sign * m)
+        assert ledger.shift_gpus(gpus, n, sign * g) == had - sign * g == gpus[n]
+        had_c, had_m = float(cpus[n]), float(mem[n])
+        assert ledger.shift_cpus_mem(cpus, mem, n, -sign * c, -sign * m) == (had_c - sign * c, had_m - sign * m)
+        assert (cpus[n], mem[n]) == (had_c - sign * c, had_m - sign * m)
         tg, tc, tm, top = ledger.totals()
         assert tg == float(gpus.sum())
         assert top == float(gpus.max())
@@ -66,9 +66,9 @@ def test_the_ledger_equals_the_recomputed_values_after_starts_and_ends(
        steps=st.lists(st.tuples(st.integers(0, 11), st.integers(0, 8), st.booleans()), max_size=80))
 def test_moving_gpus_alone_is_moving_them_with_zero_cpus_and_memory(
         servers: int, cpus0: float, steps: list[tuple[int, int, bool]]) -> None:
-    """shift_gpus() (the simulator's one-learner, GPU-only start and end) leaves the array and the ledger
-    exactly as the array's update and moved() with zero CPU and memory changes do: totals bit for bit,
-    buckets in the same order."""
+    """shift_gpus() alone (the simulator's one-learner, GPU-only start and end) leaves the arrays and the
+    ledger exactly as shift_gpus() with shift_cpus_mem() of zero CPUs and memory do (its path for any other
+    gang): totals bit for bit, buckets in the same order."""
     gpus = np.full(servers, _CAP_G)
     cpus = np.full(servers, cpus0)
     mem = np.zeros(servers)
@@ -79,12 +79,11 @@ def test_moving_gpus_alone_is_moving_them_with_zero_cpus_and_memory(
         sign = -1 if give_back and gpus[n] + g <= _CAP_G else 1
         if sign == 1 and gpus[n] < g:
             continue
-        had = gpus.item(n)
-        left = had - sign * g
-        gpus[n] = left
-        full.moved(n, had, left, 0.0, 0.0)
+        left = full.shift_gpus(gpus, n, sign * g)
+        full.shift_cpus_mem(cpus, mem, n, -sign * 0.0, -sign * 0.0)  # as hold() computes them for c = m = 0
         assert short.shift_gpus(shifted, n, sign * g) == left
         assert shifted.tolist() == gpus.tolist()
+        assert cpus.tolist() == [cpus0] * servers and mem.tolist() == [0.0] * servers
         assert short.totals() == full.totals()
         assert [(k, list(v)) for k, v in short.buckets.items()] == [(k, list(v)) for k, v in full.buckets.items()]
         assert {k: v for k, v in short.buckets.items()} == _buckets(gpus)

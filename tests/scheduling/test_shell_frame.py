@@ -43,10 +43,10 @@ def test_a_frames_snapshot_is_builds(free: list[int], clock: float, n_queued: in
     elastic = () if elastic_given else (lambda: running)
     args = (views, lambda: running, quotas, MappingProxyType(holding), lambda: by_tenant, lambda: ["B"])
     priorities = {0: 1}
-    frame = ShellFrame(c, *args[0], *args[1:], lambda: priorities)
+    frame = ShellFrame(c, *args[0], ledger, *args[1:], lambda: priorities)
     for step in range(2):  # the second time after the shell changed its state in place
         lazy = LazyJobs(lambda: queued, len(queued))
-        made = frame.at(clock, lazy, ledger.totals(), ledger.buckets, elastic)
+        made = frame.at(clock, lazy, elastic)  # the totals and buckets: the ledger's as they are now
         built = Snapshot.build(clock, c, *views, lazy, args[1], quotas, args[3], args[4], elastic, args[5],
                                copy=False, free_totals=ledger.totals(), free_buckets=ledger.buckets,
                                running_priorities=lambda: priorities)
@@ -73,8 +73,8 @@ def test_a_frame_refuses_what_it_would_freeze() -> None:
     c = cluster(8)
     ro = _read_only(c.gpu_capacity.astype(np.float64))
     quotas = MappingProxyType({})
-    ok = dict(running=lambda: (), tenants=quotas, tenant_gpus=MappingProxyType({}), running_by_tenant=dict,
-              queued_tenants=list)
+    ok = dict(ledger=FreeLedger(ro, ro, ro), running=lambda: (), tenants=quotas, tenant_gpus=MappingProxyType({}),
+              running_by_tenant=dict, queued_tenants=list)
     with pytest.raises(ValueError, match="free_cpus"):
         ShellFrame(c, ro, c.cpu_capacity.astype(np.float64), ro, **ok)  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="tenant_gpus"):

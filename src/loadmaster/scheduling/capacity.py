@@ -18,7 +18,7 @@ SavedCapacity = tuple[npt.NDArray[np.float64], npt.NDArray[np.float64], npt.NDAr
 class FreeCapacity:
     """Mutable copies of the snapshot's free arrays. take() and give() move whole allocations only."""
 
-    __slots__ = ("_max_gpus", "_owned", "_snap", "cpus", "gpus", "mem", "total_gpus", "version")
+    __slots__ = ("_max_gpus", "_owned", "_snap", "buckets", "cpus", "gpus", "mem", "total_gpus", "version")
 
     def __init__(self, snap: Snapshot) -> None:
         # The snapshot's arrays until the first change (copy on write): under overload many decisions
@@ -28,6 +28,9 @@ class FreeCapacity:
         self.mem: npt.NDArray[np.float64] = snap.free_mem
         self._owned = False
         self._snap = snap
+        # Free-GPU count -> servers with that many free, in server order: the snapshot's, where its shell keeps
+        # them, while nothing in this decision has changed the free arrays yet (_own() drops them: None).
+        self.buckets: Mapping[float, list[int]] | None = snap.free_buckets
         # The snapshot's sum: a shell that keeps it (FreeLedger) gave it, else it is summed once per snapshot.
         self.total_gpus = snap.free_gpu_total
         # Bumped whenever capacity grows, so cached "does not fit" answers can be dropped.
@@ -40,12 +43,7 @@ class FreeCapacity:
         self.cpus = self.cpus.copy()
         self.mem = self.mem.copy()
         self._owned = True
-
-    @property
-    def buckets(self) -> Mapping[float, list[int]] | None:
-        """Free-GPU count -> servers with that many free, in server order: the snapshot's, where its shell
-        keeps them, while nothing in this decision has changed the free arrays yet (else None)."""
-        return None if self._owned else self._snap.free_buckets
+        self.buckets = None  # they describe the snapshot's arrays, no longer these
 
     @property
     def max_node_gpus(self) -> float:

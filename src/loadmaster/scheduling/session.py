@@ -132,7 +132,7 @@ class Session:
 
     def add(self, view: JobView) -> None:
         """A job joins the queue, or a queued job's view changed (it keeps its last reason)."""
-        job_id = view.job_id
+        job_id = view.spec.job_id  # not the job_id property: a call per arrival and requeue
         self._unchanged = None
         old = self._jobs.get(job_id)
         if old is not None:
@@ -294,13 +294,14 @@ class Session:
         job_id = next(iter(self._pending))
         view = self._jobs[job_id]
         policy = self.policy
-        if not view.spec.elastic:
-            # decide()'s steps for one job without a round; it answers for every job but an elastic one.
-            alloc = start_alone(snap, policy, self.placer, view)
-            if alloc is None:
-                return None
+        # decide()'s steps for one job without a round; it answers for every job but an elastic one (None, at
+        # its first check: asked first, the elastic test is made once per lone start, not twice).
+        alloc = start_alone(snap, policy, self.placer, view)
+        if alloc is not None:
             del self._pending[job_id]
             return job_id, alloc
+        if not view.spec.elastic:
+            return None
         rnd = _Round(snap, policy, self.placer, FreeCapacity(snap), policy.gate(snap))
         if rnd.why_never(view):
             return None

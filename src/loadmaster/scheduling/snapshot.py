@@ -86,14 +86,17 @@ class FreeLedger:
     Sums of whole GPUs are exact; CPU and memory sums may differ from a fresh sum in the last bits (their
     readers compare them with a tolerance)."""
 
-    __slots__ = ("_buckets", "_top", "cpus", "gpus", "mem")
+    __slots__ = ("buckets", "cpus", "gpus", "mem", "top")
 
     def __init__(self, gpus: npt.NDArray[np.float64], cpus: npt.NDArray[np.float64],
                  mem: npt.NDArray[np.float64]) -> None:
-        self._buckets: dict[float, list[int]] = {}
-        # The largest free-GPU count (the largest bucket key), kept until a bucket comes or goes: totals() is
-        # asked at every decision, and the keys change far less often.
-        self._top: float | None = None
+        # Free-GPU count -> the servers with that many free, in server order; the counts in rising order
+        # (build's free_buckets). The one dict for the ledger's life, changed in place: a snapshot given it
+        # (the shell's own) must be done with before the ledger changes.
+        self.buckets: dict[float, list[int]] = {}
+        # The largest free-GPU count (the largest bucket key), set again only when a bucket comes or goes:
+        # every decision reads it, and the keys change far less often.
+        self.top = 0.0
         self.gpus = self.cpus = self.mem = 0.0
         self.reset(gpus, cpus, mem)
 
@@ -104,87 +107,81 @@ class FreeLedger:
         buckets: dict[float, list[int]] = {}
         for node, g in enumerate(gpus.tolist()):
             buckets.setdefault(g, []).append(node)  # in server order: enumerate goes up
-        self._buckets = dict(sorted(buckets.items()))  # in rising free-GPU count (buckets)
-        self._top = None
-
-    def moved(self, node: int, old_gpus: float, new_gpus: float, d_cpus: float, d_mem: float) -> None:
-        """Server `node`'s free GPUs went from old_gpus to new_gpus, its CPUs and memory changed by d_cpus and
-        d_mem."""
-        self.gpus += new_gpus - old_gpus
-        self.cpus += d_cpus
-        self.mem += d_mem
-        if new_gpus != old_gpus:
-            self._rebucket(node, old_gpus, new_gpus)
+        self.buckets.clear()
+        self.buckets.update(sorted(buckets.items()))  # in rising free-GPU count (buckets)
+        self.top = next(reversed(self.buckets)) if self.buckets else 0.0  # the counts in rising order
 
     def shift_gpus(self, free_gpus: npt.NDArray[np.float64], node: int, taken: float) -> float:
         """Server `node` gives `taken` GPUs (a negative count: gets them back) in `free_gpus`, the shell's array
-        these sums and buckets describe: the array, the GPU sum and the buckets moved in one call; returns the
-        GPUs left free there. moved(node, had, left, 0.0, 0.0) with the array's update, without the two
-        additions of zero (the CPU and memory sums start from sums of capacities, never -0.0, so x + 0.0 is
-        x): a shell whose gang is one GPU-only learner (most of Philly's) does this twice per attempt."""
+        these sums and buckets describe: the array, the GPU sum and the server's bucket moved in one call (a
+        shell whose gang is one GPU-only learner, most of Philly's, does this twice per attempt); returns the
+        GPUs left free there."""
         had = free_gpus.item(node)
         left = had - taken
         free_gpus[node] = left
         self.gpus += left - had
-        if left != had:
-            self._rebucket(node, had, left)
-        return left
-
-    def _rebucket(self, node: int, old_gpus: float, new_gpus: float) -> None:
-        """Move `node` from the bucket of servers with old_gpus free to that of new_gpus (kept in server order)."""
-        buckets = self._buckets
-        old = buckets[old_gpus]
-        if len(old) == 1:
-            del buckets[old_gpus]
-            self._top = None
+        if left == had:
+            return left
+        # The server leaves the bucket of `had` free for that of `left`, each kept in server order.
+        buckets = self.buckets
+        old = buckets[had]
+        came_or_went = len(old) == 1
+        if came_or_went:
+            del buckets[had]
         else:
             del old[bisect_left(old, node)]
-        new = buckets.get(new_gpus)
+        new = buckets.get(left)
         if new is None:
             # A bucket comes (far less often than a server moves): the keys put in rising order again, in place
             # (snapshots hold this dict), so that a best-fit search walks them without sorting (buckets).
-            self._top = None
-            if buckets and new_gpus < next(reversed(buckets)):
-                buckets[new_gpus] = [node]
+            came_or_went = True
+            if buckets and left < next(reversed(buckets)):
+                buckets[left] = [node]
                 items = sorted(buckets.items())
                 buckets.clear()
                 buckets.update(items)
             else:  # above every count: in order as it is
-                buckets[new_gpus] = [node]
+                buckets[left] = [node]
         else:
             insort(new, node)
+        if came_or_went:  # the largest count, the last key (never none: `left` has one)
+            self.top = next(reversed(buckets))
+        return left
+
+    def shift_cpus_mem(self, free_cpus: npt.NDArray[np.float64], free_mem: npt.NDArray[np.float64], node: int,
+                       d_cpus: float, d_mem: float) -> tuple[float, float]:
+        """Server `node`'s free CPUs and memory change by d_cpus and d_mem in the shell's arrays, and their sums
+        with them; returns what is left free there (a gang that asks for CPUs or memory: shift_gpus() too)."""
+        left_cpus = free_cpus.item(node) + d_cpus
+        left_mem = free_mem.item(node) + d_mem
+        free_cpus[node] = left_cpus
+        free_mem[node] = left_mem
+        self.cpus += d_cpus
+        self.mem += d_mem
+        return left_cpus, left_mem
 
     def totals(self) -> FreeTotals:
         """(free GPUs, CPUs, memory over all servers, the most free GPUs on one server): build's free_totals."""
-        top = self._top
-        if top is None:
-            top = self._top = next(reversed(self._buckets)) if self._buckets else 0.0  # counts in rising order
-        return self.gpus, self.cpus, self.mem, top
-
-    @property
-    def buckets(self) -> Mapping[float, list[int]]:
-        """Free-GPU count -> the servers with that many free, in server order (build's free_buckets); the counts
-        in rising order. The shell's own: it changes as the ledger does, so a snapshot given it must be done
-        with before then."""
-        return self._buckets
+        return self.gpus, self.cpus, self.mem, self.top
 
 
 class ShellFrame:
     """What a shell passes build() unchanged at every event, checked once: its cluster, read-only views of its
-    free arrays (copy=False), its quotas and tenant GPUs as read-only mappings it keeps up to date, and its
-    providers of the running jobs, of them per tenant and per priority class, and of the queued tenants. at()
-    then makes each snapshot with one dict copy and the few values that change; the snapshot is build()'s."""
+    free arrays (copy=False) with the FreeLedger that keeps their sums, largest count and buckets, its quotas
+    and tenant GPUs as read-only mappings it keeps up to date, and its providers of the running jobs, of them
+    per tenant and per priority class, and of the queued tenants. at() then makes each snapshot with one dict
+    copy and the few values that change; the snapshot is build()'s."""
 
-    __slots__ = ("_fixed",)
+    __slots__ = ("_fixed", "_ledger")
 
     def __init__(self, cluster: Cluster, free_gpus: npt.NDArray[np.float64], free_cpus: npt.NDArray[np.float64],
-                 free_mem: npt.NDArray[np.float64], running: Callable[[], tuple[JobView, ...]],
+                 free_mem: npt.NDArray[np.float64], ledger: FreeLedger, running: Callable[[], tuple[JobView, ...]],
                  tenants: Mapping[str, TenantQuota], tenant_gpus: Mapping[str, int],
                  running_by_tenant: Callable[[], Mapping[str, tuple[JobView, ...]]],
                  queued_tenants: Callable[[], Iterable[str]],
                  running_priorities: Callable[[], Mapping[int, int]] | None = None) -> None:
         # Each of these is shared by every snapshot made here: it must be the shell's own, never a copy that
-        # build() would freeze at this instant.
+        # build() would freeze at this instant (the ledger too: it must describe these arrays as they change).
         for name, value in (("free_gpus", free_gpus), ("free_cpus", free_cpus), ("free_mem", free_mem)):
             if value.flags.writeable or value.dtype != np.float64:
                 raise ValueError(f"ShellFrame: {name} must be a read-only float64 view of the shell's array")
@@ -193,24 +190,30 @@ class ShellFrame:
                 raise ValueError(f"ShellFrame: {name} must be a read-only mapping the shell keeps (MappingProxyType)")
         if not callable(running):
             raise ValueError("ShellFrame: running must be a provider (a tuple would be this instant's)")
+        # The ledger's buckets are one dict for its life (changed in place): fixed like the arrays' views.
         built = Snapshot.build(0.0, cluster, free_gpus, free_cpus, free_mem, (), running, tenants, tenant_gpus,
                                running_by_tenant, None, queued_tenants, copy=False,
-                               running_priorities=running_priorities).__dict__
+                               running_priorities=running_priorities, free_buckets=ledger.buckets).__dict__
         # Made without deleting from it: at()'s update() of a new snapshot's empty __dict__ copies a dict that
         # never lost a key as one block, and one that did key by key.
-        self._fixed = {k: v for k, v in built.items() if k not in ("clock", "queued", "free_buckets")}
+        self._fixed = {k: v for k, v in built.items() if k not in ("clock", "queued")}
+        self._ledger = ledger
 
-    def at(self, clock: float, queued: Sequence[JobView], free_totals: FreeTotals,
-           free_buckets: Mapping[float, list[int]] | None,
+    def at(self, clock: float, queued: Sequence[JobView],
            running_elastic: Callable[[], tuple[JobView, ...]] | tuple[JobView, ...]) -> Snapshot:
-        """build(clock, <the frame's>, queued, ..., free_totals=..., free_buckets=...) with `running_elastic`."""
+        """build(clock, <the frame's>, queued, ..., free_totals=<the ledger's>, free_buckets=<the ledger's>)
+        with `running_elastic`."""
         snap = Snapshot.__new__(Snapshot)
         d = snap.__dict__
         d.update(self._fixed)
         d["clock"] = clock
         d["queued"] = queued if isinstance(queued, LazyJobs) else tuple(queued)
-        d["free_gpu_total"], d["free_cpu_total"], d["free_mem_total"], d["max_free_gpus"] = free_totals
-        d["free_buckets"] = free_buckets
+        # The ledger's totals() without the call (one per decision).
+        ledger = self._ledger
+        d["free_gpu_total"] = ledger.gpus
+        d["free_cpu_total"] = ledger.cpus
+        d["free_mem_total"] = ledger.mem
+        d["max_free_gpus"] = ledger.top
         if type(running_elastic) is tuple:
             d["running_elastic"] = running_elastic
         else:

@@ -542,7 +542,7 @@ class _Run:
             self.tenant_queued[tenant] = self.tenant_queued.get(tenant, 0) + 1
 
     def enqueue(self, live: _Live) -> None:
-        self.queued[live.view.job_id] = live
+        self.queued[live.view.spec.job_id] = live
         self.session.add(live.view)
         if self.gate is not None:
             tenant = live.record.spec.tenant
@@ -584,11 +584,10 @@ class _Run:
         frame = self.frame
         if frame is None:  # made at the first decision: a subclass may set its state up after __init__
             # The free arrays change only when the plan is carried out, after decide(): views, not copies.
-            frame = self.frame = ShellFrame(self.cluster, *self.free_views, self.running_tuple, self.quotas,
-                                            self.holding_view, self.running_by_tenant, self.session.queued_tenants,
-                                            self.running_priorities)
-        return frame.at(self.clock, self.session.queued, self.ledger.totals(), self.ledger.buckets,
-                        self.growable_views if self.growable else ())
+            frame = self.frame = ShellFrame(self.cluster, *self.free_views, self.ledger, self.running_tuple,
+                                            self.quotas, self.holding_view, self.running_by_tenant,
+                                            self.session.queued_tenants, self.running_priorities)
+        return frame.at(self.clock, self.session.queued, self.growable_views if self.growable else ())
 
     def running_tuple(self) -> tuple[JobView, ...]:
         running = self._running_tuple
@@ -679,25 +678,15 @@ class _Run:
                 self.busy += sign * g
             return
         gpus, cpus, mem = self.free_gpus, self.free_cpus, self.free_mem
-        moved = self.ledger.moved
+        shift_gpus, shift_cpus_mem = self.ledger.shift_gpus, self.ledger.shift_cpus_mem
         # A gang on one server (most of them): no per-node count to make.
         for node, count in ((nodes[0], 1),) if len(nodes) == 1 else alloc.per_node().items():
-            had_g = gpus.item(node)
-            left_g = had_g - sign * count * g
-            gpus[node] = left_g
+            left_g = shift_gpus(gpus, node, sign * count * g)
             if c or m:
                 # Traces without CPU or memory requests (Philly's) leave these arrays as they are: x + 0.0 is x.
-                d_c = -sign * count * c
-                d_m = -sign * count * m
-                left_c = cpus.item(node) + d_c
-                left_m = mem.item(node) + d_m
-                cpus[node] = left_c
-                mem[node] = left_m
-                moved(node, had_g, left_g, d_c, d_m)
+                left_c, left_m = shift_cpus_mem(cpus, mem, node, -sign * count * c, -sign * count * m)
                 if left_c < -1e-6 or left_m < -1e-6:
                     raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
-            else:
-                moved(node, had_g, left_g, 0.0, 0.0)
             if left_g < -1e-9:
                 raise AssertionError(f"capacity exceeded on node {node} placing {alloc.job_id}: {alloc}")
         if busy:
@@ -881,7 +870,7 @@ class _Run:
                 self.requeue(live, 0.0, attained, view.preemptions)
                 return
         held, live.attempt_gpu_s = live.attempt_gpu_s, 0.0
-        last = live.attempt_idx == live.attempts.attempts - 1
+        last = live.attempt_idx == len(live.attempts.runtimes) - 1  # attempts.attempts without the call
         outcome = live.attempts.outcome if last else JobStatus.FAILED
         if live.smoking and outcome is JobStatus.FAILED:
             self.smoke.caught += 1
