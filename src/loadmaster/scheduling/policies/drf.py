@@ -63,6 +63,7 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+_Unable = tuple[JobClass, int, int]  # a class whose jobs may not displace anyone, its GPUs per learner, its learners
 # What a gate needs of the cluster's totals (_cluster_totals): 1 / total per resource, the total CPUs and memory,
 # and how much of each may be in use for shares to be GPU shares alone.
 _Totals = tuple[tuple[float, float, float], float, float, float, float]
@@ -85,6 +86,10 @@ class _Facts:
     level: tuple[int, float]  # share(): (tier, dominant share / weight)
     over: bool  # over()
     fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
+    # The tenant's classes whose jobs may not displace anyone (_unable_classes), as of a version of its queue's
+    # classes (Group.version): _prune asks at every decision, and between two the classes and the usage of most
+    # tenants stay the same (kept here, the answer goes with the usage it follows from).
+    unable: tuple[Group, int, list[_Unable]] | None = None
 
 
 class DrfGate(Gate):
@@ -211,6 +216,10 @@ class DrfGate(Gate):
         w = self.weight.get(tenant, 0.0)
         d = self.dominant(tenant)
         return _Facts((0, d / w) if w > 0 else (1, d), not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
+
+    def facts(self, tenant: str) -> _Facts:
+        facts = self._facts.get(tenant)
+        return facts if facts is not None else self._facts_of(tenant)
 
     def over(self, tenant: str) -> bool:
         """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
@@ -431,25 +440,22 @@ class _SkippingProgressiveOrder:
         With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
         free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned."""
         # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
-        # here, not per class.
+        # here, not per class; and which classes may not displace anyone comes from the tenant's _Facts, kept
+        # there while its usage and its queue's classes stay the same.
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
-        within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
         no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         snap = gate.snap
         room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
         for t, group in groups.items():
             name = str(t)
-            over = gate.over(name)
+            facts = gate.facts(name)
+            unable = facts.unable
+            if unable is None or unable[0] is not group or unable[1] != group.version:
+                unable = facts.unable = (group, group.version, _unable_classes(gate, group, facts.over))
             before = len(pruned)
-            for cls in group.classes:
-                if cls.solo is not None:
-                    continue  # rejected, or elastic: answered on its own
-                view = cls.views[0]
-                spec = view.spec
-                g = spec.gpus_per_learner
-                n = spec.learners
+            for cls, g, n in unable[2]:
                 if n * g > above_free:
                     reason = no_capacity
                 elif g > above_largest:
@@ -463,8 +469,7 @@ class _SkippingProgressiveOrder:
                     if fits:
                         continue
                     reason = fragmentation
-                if over or not within(view):
-                    pruned[cls] = reason
+                pruned[cls] = reason
             if whole is not None and len(pruned) - before == len(group.classes):
                 whole.append(name)
         return pruned
@@ -587,6 +592,20 @@ class _SkippingProgressiveOrder:
         # The top's share is at most the bound's: its entries below the bound are all of them (a lower share) or
         # those before a later submit time, or the same one and a tenant name that sorts after the bound's.
         return max(i + 1, _passed(group.keys, tier, level, t, bound))
+
+
+def _unable_classes(gate: DrfGate, group: Group, over: bool) -> list[_Unable]:
+    """The group's classes (but those answered on their own) whose jobs may not displace anyone: its tenant is
+    past its entitlement (`over`), or would be with one of them started. In the group's order."""
+    within = gate.within_entitlement
+    unable = []
+    for cls in group.classes:
+        if cls.solo is None:  # else rejected, or elastic: answered on its own
+            view = cls.views[0]
+            if over or not within(view):
+                spec = view.spec
+                unable.append((cls, spec.gpus_per_learner, spec.learners))
+    return unable
 
 
 def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
