@@ -87,9 +87,10 @@ class _Facts:
     over: bool  # over()
     fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
     # The tenant's classes whose jobs may not displace anyone (_unable_classes), as of a version of its queue's
-    # classes (Group.version): _prune asks at every decision, and between two the classes and the usage of most
-    # tenants stay the same (kept here, the answer goes with the usage it follows from).
-    unable: tuple[Group, int, list[_Unable]] | None = None
+    # classes (Group.version), and whether they are all of its classes: _prune asks at every decision, and
+    # between two the classes and the usage of most tenants stay the same (kept here, the answer goes with the
+    # usage it follows from).
+    unable: tuple[Group, int, list[_Unable], bool] | None = None
 
 
 class DrfGate(Gate):
@@ -115,7 +116,7 @@ class DrfGate(Gate):
         # The tenants with running jobs, as the snapshot's mapping's keys (not copied: a gate is made at every
         # decision).
         self.running_tenants: Collection[str] = snap.tenant_gpus if self.gpus_only else snap.running_by_tenant
-        # Worked out on first use (_weigh(), from _facts_of(), which every share, entitlement and memo lookup goes
+        # Worked out on first use (_weigh(), from facts(), which every share, entitlement and memo lookup goes
         # through), not here: a gate is made at every decision, and one for a lone arrival that starts at once
         # (decide.start_alone, most decisions on the 117,000-job trace) is only asked admit(), which needs none
         # of them; the active tenants alone cost a twentieth of that run. (Set here all the same, so that every
@@ -195,9 +196,12 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
-    def _facts_of(self, tenant: str) -> _Facts:
+    def facts(self, tenant: str) -> _Facts:
         """The tenant's _Facts, kept in this gate until its usage changes; from `memo` (worked out there if new)
         where that applies."""
+        facts = self._facts.get(tenant)
+        if facts is not None:
+            return facts
         if not self._weighed:
             self._weigh()
         memo = self.memo
@@ -217,21 +221,18 @@ class DrfGate(Gate):
         d = self.dominant(tenant)
         return _Facts((0, d / w) if w > 0 else (1, d), not (w > 0 and d <= (self.fair_level + _EPS) * w), {})
 
-    def facts(self, tenant: str) -> _Facts:
-        facts = self._facts.get(tenant)
-        return facts if facts is not None else self._facts_of(tenant)
-
     def over(self, tenant: str) -> bool:
         """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
         dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
         facts = self._facts.get(tenant)
-        return (facts if facts is not None else self._facts_of(tenant)).over
+        return (facts if facts is not None else self.facts(tenant)).over
 
     def share(self, tenant: str) -> tuple[int, float]:
         """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
-        Kept until the tenant's usage changes: progressive filling asks for it at every step."""
+        Kept until the tenant's usage changes: progressive filling asks for it at every step. (The lookup of
+        facts() inline here, in over() and in within_entitlement(): they are asked at every step of a walk.)"""
         facts = self._facts.get(tenant)
-        return (facts if facts is not None else self._facts_of(tenant)).level
+        return (facts if facts is not None else self.facts(tenant)).level
 
     def within_entitlement(self, job: JobView) -> bool:
         """Would the job's tenant stay within its entitled dominant share if the job started?"""
@@ -239,7 +240,7 @@ class DrfGate(Gate):
         t = s.tenant
         facts = self._facts.get(t)
         if facts is None:
-            facts = self._facts_of(t)
+            facts = self.facts(t)
         if facts.over:
             return False
         fits = facts.fits
@@ -453,24 +454,27 @@ class _SkippingProgressiveOrder:
             facts = gate.facts(name)
             unable = facts.unable
             if unable is None or unable[0] is not group or unable[1] != group.version:
-                unable = facts.unable = (group, group.version, _unable_classes(gate, group, facts.over))
-            before = len(pruned)
+                classes = _unable_classes(gate, group, facts.over)
+                unable = facts.unable = (group, group.version, classes, len(classes) == len(group.classes))
+            every = unable[3]  # so far, every class of the tenant pruned
             for cls, g, n in unable[2]:
                 if n * g > above_free:
                     reason = no_capacity
                 elif g > above_largest:
                     reason = fragmentation
                 elif migrate or n <= 1 or g <= 0:
+                    every = False
                     continue
                 else:
                     fits = room.get((g, n))
                     if fits is None:
                         fits = room[(g, n)] = _learner_room(snap, g, n) >= n
                     if fits:
+                        every = False
                         continue
                     reason = fragmentation
                 pruned[cls] = reason
-            if whole is not None and len(pruned) - before == len(group.classes):
+            if every and whole is not None:
                 whole.append(name)
         return pruned
 
@@ -744,8 +748,9 @@ class DrfPolicy(Policy):
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
-        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
-        return pruned if len(pruned) == sum(len(g.classes) for g in groups.values()) else None
+        whole: list[str] = []
+        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total, whole=whole)
+        return pruned if len(whole) == len(groups) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
