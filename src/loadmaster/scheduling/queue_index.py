@@ -66,11 +66,34 @@ class JobClass(_Sorted):
 
 @dataclass(eq=False)
 class Group(_Sorted):
-    """The queued jobs of one group (Policy.order_group) in rank order, and how many of each class."""
+    """The queued jobs of one group (Policy.order_group) in rank order, and how many of each class.
+
+    `version` changes whenever a class joins or leaves `classes` (not when a class only gains or loses jobs), so
+    that a policy may keep what it worked out from the group's classes (DRF's _prune) and be told when that is
+    stale without comparing them."""
 
     keys: list[Key] = field(default_factory=list)
     views: list[JobView] = field(default_factory=list)
     classes: dict[JobClass, int] = field(default_factory=dict)
+    version: int = 0
+
+    def count_in(self, cls: JobClass) -> None:
+        """One more job of `cls` in the group."""
+        classes = self.classes
+        n = classes.get(cls, 0)
+        if not n:
+            self.version += 1
+        classes[cls] = n + 1
+
+    def count_out(self, cls: JobClass) -> None:
+        """One job of `cls` less in the group."""
+        classes = self.classes
+        n = classes[cls] - 1
+        if n:
+            classes[cls] = n
+        else:
+            del classes[cls]
+            self.version += 1
 
 
 def _first(pair: tuple[Key, WaitReason]) -> Key:

@@ -189,9 +189,7 @@ class Session:
         group = entry.group
         if group is not None:
             group.delete(entry.key)
-            group.classes[cls] -= 1
-            if not group.classes[cls]:
-                del group.classes[cls]
+            group.count_out(cls)
             if not group.keys:
                 del self._groups[cls.group]
         return reason
@@ -448,7 +446,7 @@ class Session:
             if group is None:
                 group = self._groups[name] = Group()
             group.insert(key, view)
-            group.classes[cls] = group.classes.get(cls, 0) + 1
+            group.count_in(cls)
         until = self.policy.order_until(snap, view)
         self._entries[job_id] = _Entry(cls, key, until, group)
         if until != float("inf"):

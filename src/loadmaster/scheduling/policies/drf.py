@@ -63,6 +63,7 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
+_Unable = tuple[JobClass, int, int]  # a class whose jobs may not displace anyone, its GPUs per learner, its learners
 # What a gate needs of the cluster's totals (_cluster_totals): 1 / total per resource, the total CPUs and memory,
 # and how much of each may be in use for shares to be GPU shares alone.
 _Totals = tuple[tuple[float, float, float], float, float, float, float]
@@ -85,6 +86,11 @@ class _Facts:
     level: tuple[int, float]  # share(): (tier, dominant share / weight)
     over: bool  # over()
     fits: dict[_Shape, bool]  # within_entitlement() by shape, filled as shapes are asked about
+    # The tenant's classes whose jobs may not displace anyone (_unable_classes), as of a version of its queue's
+    # classes (Group.version), and whether they are all of its classes: _prune asks at every decision, and
+    # between two the classes and the usage of most tenants stay the same (kept here, the answer goes with the
+    # usage it follows from).
+    unable: tuple[Group, int, list[_Unable], bool] | None = None
 
 
 class DrfGate(Gate):
@@ -110,7 +116,7 @@ class DrfGate(Gate):
         # The tenants with running jobs, as the snapshot's mapping's keys (not copied: a gate is made at every
         # decision).
         self.running_tenants: Collection[str] = snap.tenant_gpus if self.gpus_only else snap.running_by_tenant
-        # Worked out on first use (_weigh(), from _facts_of(), which every share, entitlement and memo lookup goes
+        # Worked out on first use (_weigh(), from facts(), which every share, entitlement and memo lookup goes
         # through), not here: a gate is made at every decision, and one for a lone arrival that starts at once
         # (decide.start_alone, most decisions on the 117,000-job trace) is only asked admit(), which needs none
         # of them; the active tenants alone cost a twentieth of that run. (Set here all the same, so that every
@@ -190,9 +196,12 @@ class DrfGate(Gate):
         ig, ic, im = self.inv_total
         return max((u[0] + extra[0]) * ig, (u[1] + extra[1]) * ic, (u[2] + extra[2]) * im)
 
-    def _facts_of(self, tenant: str) -> _Facts:
+    def facts(self, tenant: str) -> _Facts:
         """The tenant's _Facts, kept in this gate until its usage changes; from `memo` (worked out there if new)
         where that applies."""
+        facts = self._facts.get(tenant)
+        if facts is not None:
+            return facts
         if not self._weighed:
             self._weigh()
         memo = self.memo
@@ -216,13 +225,14 @@ class DrfGate(Gate):
         """Is the tenant past its entitlement already? Then no job of it is within it (a job only adds to its
         dominant share): one answer for all its shapes, where most asks are (DRF's walk, next_change_s)."""
         facts = self._facts.get(tenant)
-        return (facts if facts is not None else self._facts_of(tenant)).over
+        return (facts if facts is not None else self.facts(tenant)).over
 
     def share(self, tenant: str) -> tuple[int, float]:
         """(tier, dominant share / weight): weighted tenants (tier 0) before best-effort ones (tier 1).
-        Kept until the tenant's usage changes: progressive filling asks for it at every step."""
+        Kept until the tenant's usage changes: progressive filling asks for it at every step. (The lookup of
+        facts() inline here, in over() and in within_entitlement(): they are asked at every step of a walk.)"""
         facts = self._facts.get(tenant)
-        return (facts if facts is not None else self._facts_of(tenant)).level
+        return (facts if facts is not None else self.facts(tenant)).level
 
     def within_entitlement(self, job: JobView) -> bool:
         """Would the job's tenant stay within its entitled dominant share if the job started?"""
@@ -230,7 +240,7 @@ class DrfGate(Gate):
         t = s.tenant
         facts = self._facts.get(t)
         if facts is None:
-            facts = self._facts_of(t)
+            facts = self.facts(t)
         if facts.over:
             return False
         fits = facts.fits
@@ -431,41 +441,40 @@ class _SkippingProgressiveOrder:
         With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
         free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned."""
         # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
-        # here, not per class.
+        # here, not per class; and which classes may not displace anyone comes from the tenant's _Facts, kept
+        # there while its usage and its queue's classes stay the same.
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
-        within = gate.within_entitlement
         pruned: dict[JobClass, WaitReason] = {}
         no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         snap = gate.snap
         room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
         for t, group in groups.items():
             name = str(t)
-            over = gate.over(name)
-            before = len(pruned)
-            for cls in group.classes:
-                if cls.solo is not None:
-                    continue  # rejected, or elastic: answered on its own
-                view = cls.views[0]
-                spec = view.spec
-                g = spec.gpus_per_learner
-                n = spec.learners
+            facts = gate.facts(name)
+            unable = facts.unable
+            if unable is None or unable[0] is not group or unable[1] != group.version:
+                classes = _unable_classes(gate, group, facts.over)
+                unable = facts.unable = (group, group.version, classes, len(classes) == len(group.classes))
+            every = unable[3]  # so far, every class of the tenant pruned
+            for cls, g, n in unable[2]:
                 if n * g > above_free:
                     reason = no_capacity
                 elif g > above_largest:
                     reason = fragmentation
                 elif migrate or n <= 1 or g <= 0:
+                    every = False
                     continue
                 else:
                     fits = room.get((g, n))
                     if fits is None:
                         fits = room[(g, n)] = _learner_room(snap, g, n) >= n
                     if fits:
+                        every = False
                         continue
                     reason = fragmentation
-                if over or not within(view):
-                    pruned[cls] = reason
-            if whole is not None and len(pruned) - before == len(group.classes):
+                pruned[cls] = reason
+            if every and whole is not None:
                 whole.append(name)
         return pruned
 
@@ -587,6 +596,20 @@ class _SkippingProgressiveOrder:
         # The top's share is at most the bound's: its entries below the bound are all of them (a lower share) or
         # those before a later submit time, or the same one and a tenant name that sorts after the bound's.
         return max(i + 1, _passed(group.keys, tier, level, t, bound))
+
+
+def _unable_classes(gate: DrfGate, group: Group, over: bool) -> list[_Unable]:
+    """The group's classes (but those answered on their own) whose jobs may not displace anyone: its tenant is
+    past its entitlement (`over`), or would be with one of them started. In the group's order."""
+    within = gate.within_entitlement
+    unable = []
+    for cls in group.classes:
+        if cls.solo is None:  # else rejected, or elastic: answered on its own
+            view = cls.views[0]
+            if over or not within(view):
+                spec = view.spec
+                unable.append((cls, spec.gpus_per_learner, spec.learners))
+    return unable
 
 
 def _learner_room(snap: Snapshot, per_learner: int, learners: int) -> int:
@@ -725,8 +748,9 @@ class DrfPolicy(Policy):
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
-        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total)
-        return pruned if len(pruned) == sum(len(g.classes) for g in groups.values()) else None
+        whole: list[str] = []
+        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total, whole=whole)
+        return pruned if len(whole) == len(groups) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
         """Shares change only with events, so if no waiting class may displace anyone now, none may until
