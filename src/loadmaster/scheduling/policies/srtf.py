@@ -17,7 +17,6 @@ import itertools
 import math
 from bisect import bisect_right
 from collections.abc import Callable, Hashable, Iterable, Sequence
-from operator import attrgetter
 
 import numpy as np
 import numpy.typing as npt
@@ -32,13 +31,6 @@ from loadmaster.scheduling.snapshot import JobView, Snapshot
 DEFAULT_CHECKPOINT_INTERVAL_S = 900.0
 DEFAULT_RESTART_OVERHEAD_S = 30.0
 
-_WORK_DONE = attrgetter("work_done_s")
-_RATE = attrgetter("rate")
-_AS_OF = attrgetter("as_of")
-_DURATION = attrgetter("spec.duration_s")
-_COLUMNS = (_WORK_DONE, _RATE, _AS_OF, _DURATION)  # _Running's arrays
-# _Running's columns read on first use: when each job started (0 without a start: victim_key's `or 0.0`).
-_LAZY: dict[str, Callable[[JobView], float]] = {"started": lambda v: v.started_at or 0.0}
 
 
 def work_since_checkpoint(job: JobView, clock: float, checkpoint_interval_s: float) -> float:
@@ -118,69 +110,39 @@ class _Running:
     """The running jobs' progress as arrays: fixed while the tuple is (a shell passes the same tuple while
     nobody starts or ends, e.g. between arrivals), so they are read once for every snapshot until then.
 
-    With many jobs running, a new tuple takes the rows of the views it shares with the last one (`prev`: a
-    view is fixed, so its row is too) and reads only the others: a shell's next tuple is mostly the last one
-    less the jobs that left, with those that started after them (the simulator's). On Philly's cluster (~870
-    jobs running on average over the 117k jobs) reading every view at every start and end was srtf's largest
-    cost (4.4 s of CPU); with a few dozen (the 3k overload) four reads cost less than the matching, so it is
-    done from _REUSE_FROM views on."""
+    A new tuple takes the rows of the views it shares with the last one (`prev`: a view is fixed, so its row
+    is too) and reads only the others: a shell's next tuple is mostly the last one less the jobs that left,
+    with those that started after them (the simulator's). The columns are the rows of one array, so the shared
+    rows are taken in one concatenation, however many columns: on Philly's cluster (~870 jobs running on
+    average over the 117k jobs) reading every view at every start and end was srtf's largest cost (4.4 s of
+    CPU), and on the 3k overload (~54 running) reading them was ~7% of its run."""
 
-    __slots__ = ("_from", "_lazy", "as_of", "done", "duration", "jobs", "rate")
+    __slots__ = ("as_of", "done", "duration", "jobs", "rate", "rows", "started")
 
     def __init__(self, jobs: Sequence[JobView], prev: _Running | None = None) -> None:
         self.jobs = jobs
-        self._lazy: dict[str, npt.NDArray[np.float64]] = {}  # the columns read on first use (lazy())
-        # Where the shared rows are: the last tuple's arrays, its runs and how many views they make (None: none).
-        self._from: tuple[_Running, list[tuple[int, int]], int] | None = None
-        n = len(jobs)
-        runs: list[tuple[int, int]] = []
-        fresh = jobs
-        shares = n >= _REUSE_FROM
-        if shares and prev is not None and len(prev.jobs) >= _REUSE_FROM:
-            runs, shared = _shared(prev.jobs, jobs)
-            fresh = jobs[shared:]
-            prev._from = None  # the last tuple's rows are all read by now, or never will be
-            self._from = (prev, runs, shared)
-        cols = [np.fromiter(map(get, fresh), np.float64, len(fresh)) for get in _COLUMNS]
+        runs, shared = _shared(prev.jobs, jobs) if prev is not None else ([], 0)
+        rows = _read(jobs[shared:])
         if runs:
             assert prev is not None
-            cols = [np.concatenate([old[a:b] for a, b in runs] + [new]) for old, new in
-                    zip((prev.done, prev.rate, prev.as_of, prev.duration), cols, strict=True)]
-        self.done: npt.NDArray[np.float64] = cols[0]
-        self.rate: npt.NDArray[np.float64] = cols[1]
-        self.as_of: npt.NDArray[np.float64] = cols[2]
-        self.duration: npt.NDArray[np.float64] = cols[3]
-        if shares:
-            # Where rows are shared, the columns read on first use are read now too, for the fresh rows alone:
-            # one the last tuple did not read would be read for every view (on Philly's cluster the victim
-            # order's start times, at 1,471 displacement searches: 511,000 reads, 0.2 s).
-            for name in _LAZY:
-                self.lazy(name)
-
-    def lazy(self, name: str) -> npt.NDArray[np.float64]:
-        """A column read on first use (_LAZY: what only some snapshots ask, e.g. the start times for the victim
-        order, which only a displacement that may fit sorts), with the shared rows where the last tuple read
-        it too."""
-        col = self._lazy.get(name)
-        if col is None:
-            get = _LAZY[name]
-            shared = self._from
-            old = shared[0]._lazy.get(name) if shared is not None else None
-            if old is not None:
-                assert shared is not None
-                fresh = self.jobs[shared[2]:]
-                col = np.concatenate([old[a:b] for a, b in shared[1]]
-                                     + [np.fromiter(map(get, fresh), np.float64, len(fresh))])
-            else:
-                col = np.fromiter(map(get, self.jobs), np.float64, len(self.jobs))
-            self._lazy[name] = col
-        return col
+            old = prev.rows
+            rows = np.concatenate([old[:, a:b] for a, b in runs] + [rows], axis=1)
+        self.rows: npt.NDArray[np.float64] = rows
+        self.done: npt.NDArray[np.float64] = rows[0]
+        self.rate: npt.NDArray[np.float64] = rows[1]
+        self.as_of: npt.NDArray[np.float64] = rows[2]
+        self.duration: npt.NDArray[np.float64] = rows[3]
+        # When each job started (0 without a start: victim_key's `or 0.0`), for the victim order.
+        self.started: npt.NDArray[np.float64] = rows[4]
 
 
-# From how many running views _Running matches a new tuple with the last one (measured on tuples that lose two
-# views and gain as many, per tuple, start times included: 64 views 24 us to read, 32 to match; 128: 46 / 36;
-# 256: 93 / 42; 874: 329 / 61), and how many runs of shared views it follows before it reads the rest afresh.
-_REUSE_FROM = 128
+def _read(views: Sequence[JobView]) -> npt.NDArray[np.float64]:
+    """_Running's columns for `views`, one row per column."""
+    return np.array([[v.work_done_s for v in views], [v.rate for v in views], [v.as_of for v in views],
+                     [v.spec.duration_s for v in views], [v.started_at or 0.0 for v in views]], np.float64)
+
+
+# How many runs of shared views _Running follows before it reads the rest of a new tuple afresh.
 _MAX_GAPS = 8
 # From how many running jobs _Gains sorts none of the gains up front (870 gains: the stable sort and the sorted
 # copy ~50 us a snapshot; counting those above a work 1 us, asked ~2 times per snapshot on Philly's cluster),
@@ -261,7 +223,7 @@ class _Gains:
         victim_key gives). Only a displacement that may fit walks the victims, so it is sorted then."""
         order = self._order
         if order is None:
-            order = self._order = np.lexsort((-self.running.lazy("started"), -self.gains)).tolist()
+            order = self._order = np.lexsort((-self.running.started, -self.gains)).tolist()
         return order
 
     def want_of(self, job: JobView) -> float:
