@@ -27,6 +27,9 @@ def test_duplicate_ids_are_refused_naming_them() -> None:
     ({"submit": -1.0}, "submit_time_s must be a finite number"),
     ({"cpus_per_learner": -2.0}, "cpus_per_learner and mem_gb_per_learner"),
     ({"failed_attempts_s": (5.0, float("nan"))}, "failed attempt runtimes"),
+    ({"failed_attempts_s": (float("nan"), 5.0)}, "failed attempt runtimes"),
+    ({"failed_attempts_s": (5.0, float("inf"))}, "failed attempt runtimes"),
+    ({"failed_attempts_s": (5.0, -1.0)}, "failed attempt runtimes"),
     ({"learners": 2, "min_learners": 3}, "min_learners must be between 1 and learners"),
     ({"learners": 2, "max_learners": 1}, "max_learners must be >= learners"),
 ])
@@ -39,6 +42,8 @@ def test_good_specs_pass_with_or_without_their_optional_parts() -> None:
     assert job("a").excluded_types == ()
     assert job("b", failed_attempts_s=(1.0,), learners=2, min_learners=1, max_learners=4,
                type_speed=(("k80", 0.0), ("v100", 1.0))).excluded_types == ("k80",)
+    # Finite runtimes whose sum is not (the quick check passes them on to the rules, which find nothing wrong).
+    assert job("c", failed_attempts_s=(1e308, 1e308)).attempts == 3
 
 
 @settings(max_examples=200, deadline=None)

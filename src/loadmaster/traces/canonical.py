@@ -14,10 +14,14 @@ from __future__ import annotations
 import csv
 from collections.abc import Callable, Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from loadmaster.core.job import FinalStatus, JobSpec
 from loadmaster.core.workload import LoadReport, Workload
 from loadmaster.traces.errors import TraceFormatError
+
+if TYPE_CHECKING:
+    from _csv import Reader
 
 CONTRACT_COLUMNS = (
     "job_id",
@@ -161,18 +165,22 @@ def _row_to_job(path: str, line: int, row: dict[str, str]) -> JobSpec:
 
 def _fast_reader(idx: dict[str, int]) -> Callable[[list[str]], JobSpec]:
     """A reader of the common case, a well-formed row, for one header: the columns are looked up once, not
-    per row and field. Any surprise raises ValueError and the caller re-reads the row with _row_to_job,
-    which names the field."""
-    job_id, submit, learners, gpl, dur = (idx[c] for c in REQUIRED)
+    per row and field. Any surprise raises ValueError (or KeyError) and the caller re-reads the row with
+    _row_to_job, which names the field."""
+    width = len(idx)
     # An optional column the header lacks reads as the empty string: a spare last field of every row.
     missing = -1
     opt = {c: idx.get(c, missing) for c in ("tenant", "user", "cpus_per_learner", "mem_gb_per_learner", "model",
                                             "priority", "final_status", "attempts", "failed_attempts_s",
                                             "type_speed", "min_learners", "max_learners")}
     tenant, user, cpus, mem, model, prio, status, attempts_i, failed_i, speed_i, min_i, max_i = opt.values()
-    statuses = {s.value: s for s in FinalStatus}
+    job_id, submit, learners, gpl, dur = (idx[c] for c in REQUIRED)
+    # A status as the file spells it (empty: Pass); a padded one is the careful reader's (KeyError).
+    statuses = {"": FinalStatus.PASS, **{s.value: s for s in FinalStatus}}
 
     def read(row: list[str]) -> JobSpec:
+        if len(row) != width:
+            raise ValueError("irregular row")
         row.append("")  # index -1: the empty field of a column the header lacks (the row is the reader's own)
         duration = float(row[dur])
         attempts = int(row[attempts_i] or "1")
@@ -185,8 +193,8 @@ def _fast_reader(idx: dict[str, int]) -> Callable[[list[str]], JobSpec]:
         # mem_gb_per_learner, model, priority, final_status, failed_attempts_s.
         return JobSpec(row[job_id].strip(), (row[tenant] or "default").strip(), float(row[submit]),
                        int(row[learners]), int(row[gpl]), duration, row[user].strip(), float(row[cpus] or "0"),
-                       float(row[mem] or "0"), row[model].strip(), int(row[prio] or "0"),
-                       statuses[(row[status] or "Pass").strip()], failed)
+                       float(row[mem] or "0"), row[model].strip(), int(row[prio] or "0"), statuses[row[status]],
+                       failed)
 
     return read
 
@@ -194,7 +202,6 @@ def _fast_reader(idx: dict[str, int]) -> Callable[[list[str]], JobSpec]:
 def read_csv(path: str | Path) -> Workload:
     """Read a canonical CSV. A malformed row raises TraceFormatError naming line and field."""
     name = str(path)
-    report = LoadReport(source=name)
     with open(path, newline="") as f:
         reader = csv.reader(f)
         header = [h.strip() for h in next(reader, [])]
@@ -202,21 +209,35 @@ def read_csv(path: str | Path) -> Workload:
         if missing:
             raise TraceFormatError(name, 1, missing[0], f"header lacks required column(s) {missing}; "
                                    f"the canonical columns are {', '.join(CONTRACT_COLUMNS)}")
-        idx = {h: i for i, h in enumerate(header)}
-        fast_row = _fast_reader(idx)
-        jobs = []
-        for row in reader:
-            if not row:
-                continue
-            report.read += 1
-            width = len(row)  # before fast_row(), which appends to the row
-            try:
-                if width != len(header):
-                    raise ValueError("irregular row")
-                jobs.append(fast_row(row))
-            except (ValueError, KeyError):
-                if width != len(header):
-                    raise TraceFormatError(name, reader.line_num, None,
-                                           f"has {width} fields, the header has {len(header)}") from None
-                jobs.append(_row_to_job(name, reader.line_num, dict(zip(header, row, strict=False))))
-    return Workload(jobs, report)
+        fast_row = _fast_reader({h: i for i, h in enumerate(header)})
+        try:
+            # The common case, every row one the fast reader takes: the loop over the rows runs in C (blank
+            # lines skipped), a tenth of a 117,000-job load less than a loop of Python.
+            jobs = list(map(fast_row, filter(None, reader)))
+        except (ValueError, KeyError):
+            # Some row is not: read them all again, one at a time, to name what is wrong or read the row
+            # carefully.
+            f.seek(0)
+            reader = csv.reader(f)
+            next(reader)
+            jobs = _read_rows(name, header, reader, fast_row)
+    return Workload(jobs, LoadReport(source=name, read=len(jobs)))
+
+
+def _read_rows(name: str, header: list[str], reader: Reader, fast_row: Callable[[list[str]], JobSpec]
+               ) -> list[JobSpec]:
+    """Each row by the fast reader where it can, else by the careful one, which names the line and field of a
+    malformed row."""
+    jobs = []
+    for row in reader:
+        if not row:
+            continue
+        width = len(row)  # before fast_row(), which appends to the row
+        try:
+            jobs.append(fast_row(row))
+        except (ValueError, KeyError):
+            if width != len(header):
+                raise TraceFormatError(name, reader.line_num, None,
+                                       f"has {width} fields, the header has {len(header)}") from None
+            jobs.append(_row_to_job(name, reader.line_num, dict(zip(header, row, strict=False))))
+    return jobs
