@@ -69,19 +69,21 @@ def test_worlds_whose_queue_often_empties(policy: str, monkeypatch: pytest.Monke
 
 
 @pytest.mark.parametrize(("policy", "placement"), [("themis", "pack"), ("themis", "synergy"), ("fifo", "locality")])
-def test_full_mode_decides_a_queue_of_one_without_the_alike_key(policy: str, placement: str,
-                                                                monkeypatch: pytest.MonkeyPatch) -> None:
-    """Full mode (themis; a placer whose key moves with time): a queue of one is decided by _decide_one,
-    whose plans test_session's worlds hold to decide()'s; here it must be taken, and give them too."""
+@pytest.mark.parametrize("path", ["_start_one", "_decide_one"])
+def test_full_mode_decides_a_queue_of_one_without_the_walk(policy: str, placement: str, path: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    """Full mode (themis; a placer whose key moves with time): a queue of one that starts at once is started
+    by _start_one (decide.start_alone), any other by _decide_one (decide()'s steps without the alike key),
+    whose plans test_session's worlds hold to decide()'s; here each must be taken, and give them too."""
     taken = []
-    one = Session._decide_one
+    one = getattr(Session, path)
 
     def counted(self: Session, snap: Snapshot) -> object:
         plan = one(self, snap)
         taken.append(plan is not None)
         return plan
 
-    monkeypatch.setattr(Session, "_decide_one", counted)
+    monkeypatch.setattr(Session, path, counted)
     for seed in range(6):
         test_session._check(seed, policy, placement, steps=40)
     assert not Session(make_policy(policy), make_placer(placement)).incremental
@@ -104,7 +106,7 @@ def test_full_mode_queue_of_one_rejects_waits_and_preempts_as_decide() -> None:
             assert plan == full
 
 
-@pytest.mark.parametrize("policy", ["fifo", "las", "drf", "fair-fifo"])
+@pytest.mark.parametrize("policy", ["fifo", "las", "drf", "fair-fifo", "themis"])
 def test_start_or_decide_gives_the_lone_start_without_a_plan(policy: str) -> None:
     """start_or_decide(): decide()'s lone start as (id, allocation), the job out of the queue as remove()
     leaves it; any other plan as decide() gives it."""

@@ -10,6 +10,7 @@ from hypothesis import strategies as st
 from loadmaster.core.cluster import Cluster, Node
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling import JobView, Snapshot, decide, make_placer
+from loadmaster.scheduling.decide import start_alone
 from loadmaster.scheduling.policies import POLICIES, make_policy
 from loadmaster.scheduling.policies.themis import ThemisPolicy, _ideal_s, _rho_if_preempted
 from loadmaster.scheduling.session import Session
@@ -542,3 +543,19 @@ def test_what_is_kept_between_snapshots_answers_as_a_fresh_policy_does(snaps: li
     kept = ThemisPolicy(fairness_knob=f)
     for snap in snaps:
         assert _answers(kept, snap) == _answers(ThemisPolicy(fairness_knob=f), snap)
+
+
+def test_a_lone_start_makes_no_round() -> None:
+    # Where the bid can only be "any type" (no speeds of its own on a cluster whose types are worth the same),
+    # type_preference() answers without the per-snapshot round: decide.start_alone, the lone arrival's start,
+    # asks nothing else of Themis.
+    plain = queued(job("a", gpus=2))
+    snap = Snapshot.idle(0.0, cluster(2, 4), (plain,))
+    p = ThemisPolicy()
+    assert start_alone(snap, p, make_placer("pack"), plain) is not None
+    assert p._last is None
+    assert p.type_preference(snap, plain) is None and p._last is None
+    # A job with speeds of its own bids through the round.
+    typed = queued(job("t", type_speed=(("k80", 1.0),)))
+    p.type_preference(Snapshot.idle(0.0, cluster(2, 4), (typed,)), typed)
+    assert p._last is not None

@@ -160,6 +160,13 @@ def _pick(items: Sequence[_T], positions: list[int]) -> list[_T]:
     return [items[i] for i in positions]
 
 
+def _any_type(spec: JobSpec, facts: _ClusterFacts) -> bool:
+    """Whether every GPU type is worth the same to the job whatever the free room (_Round.valuation() is None,
+    its bid _ANY_TYPE): it needs no GPU, or it has no speeds of its own on a cluster whose types are all worth
+    the same to such a job."""
+    return spec.gpus_per_learner == 0 or (facts.uniform and spec.type_speed is None)
+
+
 def _ideal_s(spec: JobSpec, share: float) -> float:
     """Finish time on a private 1/N share: a gang wider than the share runs proportionally slower."""
     gpus = spec.learners * spec.gpus_per_learner
@@ -414,9 +421,12 @@ class _Round:
                     continue
                 spec = v.spec
                 gpus = spec.learners * spec.gpus_per_learner
+                # A job that asked for no CPUs gets no speed-up from them (max_cpu_speed() is 1.0 then): no call
+                # for it (on Philly-like traces, every running job at almost every decision).
                 if (narrow and gpus <= min_gpus
                         and (spec.max_learners or 0) <= spec.learners  # may not grow
-                        and max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0):
+                        and (spec.cpus_per_learner <= 0
+                             or max_cpu_speed(spec.model, spec.gpus_per_learner, spec.cpus_per_learner) <= 1.0)):
                     continue
                 job_id = spec.job_id
                 victim_rho = None if get is None else get(job_id)
@@ -523,7 +533,7 @@ class _Round:
     def valuation(self, spec: JobSpec) -> list[tuple[float, bool, str]] | None:
         """(effective speed, could take the gang now, type) for each type the job runs on, fastest first;
         None when every type is worth the same to it (or it needs no GPU): then the placer chooses."""
-        if spec.gpus_per_learner == 0 or (self.facts.uniform and spec.type_speed is None):
+        if _any_type(spec, self.facts):
             return None
         family = family_of(spec.model) if spec.learners > 1 else None
         key = (spec.learners, spec.gpus_per_learner, spec.type_speed, family)
@@ -726,6 +736,10 @@ class ThemisPolicy(Policy):
         return rnd.releasable_by_server(rnd.rho_of(job))
 
     def type_preference(self, snap: Snapshot, job: JobView) -> Sequence[str] | None:
+        if job.allocation is None and _any_type(job.spec, self.cluster_facts(snap.cluster)):
+            # The bid says "any type" without a round: a lone arrival that starts on free GPUs
+            # (decide.start_alone asks only this, most decisions at 117k) needs no round at all.
+            return None
         rnd = self._round(snap)
         if job.allocation is not None:
             rnd.moved = True  # a running job's bid (migration: decide re-homes it), which changes with its work
