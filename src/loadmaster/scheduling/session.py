@@ -40,7 +40,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from loadmaster.core.job import Allocation
+from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.tally import tally
 from loadmaster.scheduling.capacity import FreeCapacity
 from loadmaster.scheduling.decide import _Round, decide_changes, start_alone
@@ -700,9 +700,7 @@ class _Walk:
         policy, rnd, spec = self.session.policy, self.rnd, view.spec
         if spec.elastic or type(rnd.gate).may_deny():
             return False  # attempt() answers as the walk would (the walk attempts these too)
-        free = rnd.free
-        if (spec.learners * spec.gpus_per_learner <= free.total_gpus + 1e-9
-                and spec.gpus_per_learner <= free.max_node_gpus + 1e-9):
+        if _beyond_free(spec, rnd.free) is None:
             return False  # a placement is tried first
         snap, gate = self.snap, rnd.gate
         return policy.preemptor(snap, gate, view) and policy.room_by_displacing(snap, gate, view)
@@ -750,7 +748,6 @@ class _Walk:
         free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
         # Only a policy that knows a bound (srtf) is asked it here; the default's True changes nothing.
         bounded = type(policy).room_by_displacing is not Policy.room_by_displacing
-        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         while (step := walk.next()) is not None:
             if settled:
                 self._settle(settled)
@@ -766,10 +763,7 @@ class _Walk:
                 if may_deny and gate.admit(view, spec.gpus) is denied:
                     result, placed = over_quota, False  # attempt()'s refusal: no placement tried
                 else:
-                    if spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9:
-                        result = no_capacity
-                    elif spec.gpus_per_learner > free.max_node_gpus + 1e-9:
-                        result = fragmentation
+                    result = _beyond_free(spec, free)
                     if (result is not None and preemptive and policy.preemptor(snap, gate, view)
                             and (not bounded or policy.room_by_displacing(snap, gate, view))):
                         result = None  # attempt() searches: no answer without it
@@ -873,5 +867,11 @@ class _Walk:
         return True
 
 
-
-
+def _beyond_free(spec: JobSpec, free: FreeCapacity) -> WaitReason | None:
+    """place_at()'s first two answers, without a placement: a gang larger than the free GPUs waits for
+    capacity, a learner larger than every server's free GPUs for fragmentation to clear."""
+    if spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9:
+        return WaitReason.NO_CAPACITY
+    if spec.gpus_per_learner > free.max_node_gpus + 1e-9:
+        return WaitReason.FRAGMENTATION
+    return None
