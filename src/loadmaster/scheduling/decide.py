@@ -578,13 +578,14 @@ def start_alone(snap: Snapshot, policy: Policy, placer: Placer, job: JobView) ->
     # The default gate admits everything: not asked at all for a policy that keeps it.
     if why_never(job, snap, None) or (type(policy).gate is not Policy.gate and not policy.admits_alone(snap, job)):
         return None
-    free = FreeCapacity(snap)
     learners = spec.learners
-    # place_at()'s bounds: a gang larger than the free GPUs, or a learner larger than any server's free GPUs.
-    if (learners * spec.gpus_per_learner > free.total_gpus + 1e-9
-            or spec.gpus_per_learner > free.max_node_gpus + 1e-9):
+    # place_at()'s bounds: a gang larger than the free GPUs, or a learner larger than any server's free GPUs;
+    # the snapshot's figures, which a FreeCapacity made of it starts from (no property call, and none made
+    # for a job that does not fit).
+    if (learners * spec.gpus_per_learner > snap.free_gpu_total + 1e-9
+            or spec.gpus_per_learner > snap.max_free_gpus + 1e-9):
         return None
-    result = placer.place(job, learners, free, snap, policy.type_preference(snap, job))
+    result = placer.place(job, learners, FreeCapacity(snap), snap, policy.type_preference(snap, job))
     return result if type(result) is Allocation else None
 
 

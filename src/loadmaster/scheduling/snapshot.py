@@ -55,9 +55,13 @@ class JobView:
 
     def attained_at(self, clock: float) -> float:
         """GPU-seconds of service received so far (Tiresias' attained service)."""
-        if self.allocation is None:
+        alloc = self.allocation
+        if alloc is None:
             return self.attained_gpu_s
-        return self.attained_gpu_s + self.allocation.gpus * max(0.0, clock - self.as_of)
+        # alloc.gpus and max(0.0, ...) without their calls (asked at every end of an attempt that is not the
+        # job's last, and at every preemption).
+        ran = clock - self.as_of
+        return self.attained_gpu_s + len(alloc.learner_nodes) * alloc.gpus_per_learner * (ran if ran > 0.0 else 0.0)
 
 
 @dataclass(frozen=True, slots=True)

@@ -80,7 +80,11 @@ class PerformanceModel:
         n = len(nodes)
         scale = n / spec.learners  # alloc.learners / spec.learners
         if n == 1 or nodes.count(nodes[0]) == n:  # one server (most gangs): one type, no locality slowdown
-            return scale * self.type_factor(spec, self._node_type[nodes[0]]) * self.cpu_factor(spec, alloc)
-        types = {self._node_type[n] for n in alloc.nodes}
-        speed = min(self.type_factor(spec, t) for t in types)
-        return scale * speed * self.locality_factor(spec, alloc) * self.cpu_factor(spec, alloc)
+            rate = scale * self.type_factor(spec, self._node_type[nodes[0]])
+        else:
+            types = {self._node_type[n] for n in alloc.nodes}
+            speed = min(self.type_factor(spec, t) for t in types)
+            rate = scale * speed * self.locality_factor(spec, alloc)
+        # cpu_factor() answers 1.0 for an allocation without CPUs (every start on a Philly trace): not asked
+        # then (x * 1.0 is x).
+        return rate * self.cpu_factor(spec, alloc) if alloc.cpus_per_learner > 0 else rate

@@ -699,7 +699,8 @@ class _Run:
         record = live.record
         if record.first_start_s is None:
             record.first_start_s = self.clock
-        record.attempts_run = max(record.attempts_run, live.attempt_idx + 1)
+        if record.attempts_run <= live.attempt_idx:  # max(attempts_run, attempt_idx + 1) without the call
+            record.attempts_run = live.attempt_idx + 1
         view = live.view
         restarted = view.work_done_s > 0 or view.preemptions > 0
         self.launch(live, alloc, self.sim.config.restart_overhead_s if restarted else 0.0)
@@ -899,7 +900,8 @@ class _Run:
         record.finish_s = self.clock
         life = self.clock - record.spec.submit_time_s
         if life > 0:
-            record.contention_avg = max(1.0, (self.contention_integral - live.contention_at_submit) / life)
+            avg = (self.contention_integral - live.contention_at_submit) / life
+            record.contention_avg = avg if avg > 1.0 else 1.0  # max(1.0, avg) without the call (once per job)
         spec = record.spec
         share = self.cluster.total_gpus / record.contention_avg
         work = sum(live.attempts.runtimes[: live.attempt_idx + 1])
@@ -907,7 +909,8 @@ class _Run:
             record.ideal_s = 0.0  # rejected before it ran: finish-time fairness does not apply
         else:
             gpus = spec.learners * spec.gpus_per_learner  # spec.gpus
-            record.ideal_s = work * max(1.0, gpus / share) if gpus > 0 else work
+            stretch = gpus / share
+            record.ideal_s = work * (stretch if stretch > 1.0 else 1.0) if gpus > 0 else work
         self.finished += 1
         self.live[live.index] = None
 
