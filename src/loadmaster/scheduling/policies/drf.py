@@ -63,7 +63,8 @@ WINDOWS_FOLLOWED = 4
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
-_Unable = tuple[JobClass, int, int]  # a class whose jobs may not displace anyone, its GPUs per learner, its learners
+# A class whose jobs may not displace anyone, its gang's GPUs, its GPUs per learner and its learners.
+_Unable = tuple[JobClass, int, int, int]
 # What a gate needs of the cluster's totals (_cluster_totals): 1 / total per resource, the total CPUs and memory,
 # and how much of each may be in use for shares to be GPU shares alone.
 _Totals = tuple[tuple[float, float, float], float, float, float, float]
@@ -401,15 +402,12 @@ class _SkippingProgressiveOrder:
         # be in such a queue follows from the entry of the job handed out last (_passed); a tenant comes back
         # into the heap there, with the share it had (its entry's, never refreshed until then) when one of
         # its classes is unpruned. Tenant -> (tier, level) as the walk began.
-        self.out: dict[str, tuple[int, float]] = {}
-        whole: list[str] = []
-        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate, whole)
+        out: dict[str, tuple[int, float]] = {}
+        self.out = out
+        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate, out)
         heap: list[_Entry] = []
-        if len(whole) < len(groups):
+        if len(out) < len(groups):
             share = gate.share
-            out = self.out
-            for name in whole:
-                out[name] = share(name)
             for t, g in groups.items():
                 name = str(t)
                 if name not in out:
@@ -429,7 +427,8 @@ class _SkippingProgressiveOrder:
 
     @staticmethod
     def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float,
-               migrate: bool = False, whole: list[str] | None = None) -> dict[JobClass, WaitReason]:
+               migrate: bool = False,
+               whole: dict[str, tuple[int, float]] | None = None) -> dict[JobClass, WaitReason]:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
         tenant that may not displace anyone (outside its entitlement, which its own starts only take it
         further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
@@ -439,7 +438,8 @@ class _SkippingProgressiveOrder:
         below the gang (started() then walks the class again; the free GPUs, and so that count, only fall
         until then). Under overload that is most classes, and decide() would answer each at every decision.
         With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
-        free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned."""
+        free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned, each with its share()
+        (which the walk keeps for them: _SkippingProgressiveOrder.out)."""
         # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
         # here, not per class; and which classes may not displace anyone comes from the tenant's _Facts, kept
         # there while its usage and its queue's classes stay the same.
@@ -457,8 +457,8 @@ class _SkippingProgressiveOrder:
                 classes = _unable_classes(gate, group, facts.over)
                 unable = facts.unable = (group, group.version, classes, len(classes) == len(group.classes))
             every = unable[3]  # so far, every class of the tenant pruned
-            for cls, g, n in unable[2]:
-                if n * g > above_free:
+            for cls, gang, g, n in unable[2]:
+                if gang > above_free:
                     reason = no_capacity
                 elif g > above_largest:
                     reason = fragmentation
@@ -475,7 +475,7 @@ class _SkippingProgressiveOrder:
                     reason = fragmentation
                 pruned[cls] = reason
             if every and whole is not None:
-                whole.append(name)
+                whole[name] = facts.level
         return pruned
 
     def answered(self, cls: JobClass) -> None:
@@ -608,7 +608,8 @@ def _unable_classes(gate: DrfGate, group: Group, over: bool) -> list[_Unable]:
             view = cls.views[0]
             if over or not within(view):
                 spec = view.spec
-                unable.append((cls, spec.gpus_per_learner, spec.learners))
+                g, n = spec.gpus_per_learner, spec.learners
+                unable.append((cls, n * g, g, n))
     return unable
 
 
@@ -748,7 +749,7 @@ class DrfPolicy(Policy):
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
-        whole: list[str] = []
+        whole: dict[str, tuple[int, float]] = {}
         pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total, whole=whole)
         return pruned if len(whole) == len(groups) else None
 
