@@ -57,6 +57,10 @@ DEFAULT_ROUND_S = 60.0
 # Checkpoint windows of each running job that next_change_s follows: past them it asks for a round (more cost
 # a little more per call and spare rounds while a gang waits for windows on enough GPUs at once).
 WINDOWS_FOLLOWED = 4
+# The answers of pruned classes, read once: an enum member read from its class costs as much as a dozen dict
+# lookups on Python 3.11 (a tenth of a microsecond), and the walk reads them at every decision (_prune) and for
+# each pruned class at every start (started).
+_NO_CAPACITY, _FRAGMENTATION = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
 
 
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
@@ -446,7 +450,6 @@ class _SkippingProgressiveOrder:
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
         pruned: dict[JobClass, WaitReason] = {}
-        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         snap = gate.snap
         room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
         for t, group in groups.items():
@@ -459,9 +462,9 @@ class _SkippingProgressiveOrder:
             every = unable[3]  # so far, every class of the tenant pruned
             for cls, gang, g, n in unable[2]:
                 if gang > above_free:
-                    reason = no_capacity
+                    reason = _NO_CAPACITY
                 elif g > above_largest:
-                    reason = fragmentation
+                    reason = _FRAGMENTATION
                 elif migrate or n <= 1 or g <= 0:
                     every = False
                     continue
@@ -472,7 +475,7 @@ class _SkippingProgressiveOrder:
                     if fits:
                         every = False
                         continue
-                    reason = fragmentation
+                    reason = _FRAGMENTATION
                 pruned[cls] = reason
             if every and whole is not None:
                 whole[name] = facts.level
@@ -491,7 +494,7 @@ class _SkippingProgressiveOrder:
             # NO_CAPACITY: it is walked again (the Session learns the new reason from that visit).
             free = self.free - self.gate.started_gpus
             moved = [c for c, r in self.pruned.items()
-                     if r is WaitReason.FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
+                     if r is _FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
             if moved:
                 self._unprune(moved)
             self.skip = set(self.pruned)
