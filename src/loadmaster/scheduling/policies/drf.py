@@ -393,7 +393,7 @@ class _SkippingProgressiveOrder:
     children's, which nothing touches), and they are skipped in one go: to the first job of an unanswered
     class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
 
-    def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
+    def __init__(self, gate: DrfGate, groups: Mapping[str, Group], class_of: Callable[[str], JobClass],
                  migrate: bool = False) -> None:
         self.gate = gate
         self.share = gate.share
@@ -417,8 +417,7 @@ class _SkippingProgressiveOrder:
         heap: list[_Entry] = []
         if len(out) < len(groups):
             share = gate.share
-            for t, g in groups.items():
-                name = str(t)
+            for name, g in groups.items():
                 if name not in out:
                     tier, level = share(name)
                     heap.append((tier, level, _submit(g.keys[0]), name, 0))
@@ -435,7 +434,7 @@ class _SkippingProgressiveOrder:
         self.settled: list[tuple[JobClass, WaitReason]] = []
 
     @staticmethod
-    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float,
+    def _prune(gate: DrfGate, groups: Mapping[str, Group], free: float,
                migrate: bool = False,
                whole: dict[str, tuple[int, float]] | None = None) -> dict[JobClass, WaitReason]:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
@@ -457,8 +456,7 @@ class _SkippingProgressiveOrder:
         pruned: dict[JobClass, WaitReason] = {}
         snap = gate.snap
         room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
-        for t, group in groups.items():
-            name = str(t)
+        for name, group in groups.items():
             facts = gate.facts(name)
             unable = facts.unable
             if unable is None or unable[0] is not group or unable[1] != group.version:
@@ -667,9 +665,11 @@ def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
     return pair[0]
 
 
-def _tenants_of(groups: Mapping[Hashable, Group]) -> Collection[str]:
-    """The tenants of a Session's groups (order_group: a job's tenant): those with queued jobs."""
-    return groups.keys()  # type: ignore[return-value]  # (names are tenants; a cast() costs a call)
+def _by_tenant(groups: Mapping[Hashable, Group]) -> Mapping[str, Group]:
+    """A Session's groups, named by tenant (order_group): the tenants with queued jobs (every queued job is in a
+    group by the time they are walked). Typed so, not converted: str() of each name cost a call per tenant at
+    every decision."""
+    return groups  # type: ignore[return-value]  # (a cast() costs a call too)
 
 
 def _submit(key: Key) -> float:
@@ -755,8 +755,9 @@ class DrfPolicy(Policy):
     def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
                    migrate: bool = False) -> WalkOrder | None:
         assert isinstance(gate, DrfGate)
-        gate.queued_tenants = _tenants_of(groups)
-        return _SkippingProgressiveOrder(gate, groups, class_of, migrate)
+        by_tenant = _by_tenant(groups)
+        gate.queued_tenants = by_tenant.keys()
+        return _SkippingProgressiveOrder(gate, by_tenant, class_of, migrate)
 
     def settles_every_class(self, snap: Snapshot,
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
@@ -765,8 +766,9 @@ class DrfPolicy(Policy):
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
         whole: dict[str, tuple[int, float]] = {}
         gate = self.gate(snap)
-        gate.queued_tenants = _tenants_of(groups)
-        pruned = _SkippingProgressiveOrder._prune(gate, groups, snap.free_gpu_total, whole=whole)
+        by_tenant = _by_tenant(groups)
+        gate.queued_tenants = by_tenant.keys()
+        pruned = _SkippingProgressiveOrder._prune(gate, by_tenant, snap.free_gpu_total, whole=whole)
         return pruned if len(whole) == len(groups) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
