@@ -57,13 +57,18 @@ DEFAULT_ROUND_S = 60.0
 # Checkpoint windows of each running job that next_change_s follows: past them it asks for a round (more cost
 # a little more per call and spare rounds while a gang waits for windows on enough GPUs at once).
 WINDOWS_FOLLOWED = 4
+# The answers of pruned classes, read once: an enum member read from its class costs as much as a dozen dict
+# lookups on Python 3.11 (a tenth of a microsecond), and the walk reads them at every decision (_prune) and for
+# each pruned class at every start (started).
+_NO_CAPACITY, _FRAGMENTATION = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
 
 
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
 # tenants with queued or running jobs, for the next gate to reuse.
 _Weights = tuple[Mapping[str, TenantQuota], frozenset[str], dict[str, float], float]
 _Shape = tuple[int, int, float, float]  # learners, GPUs, CPUs and memory per learner
-_Unable = tuple[JobClass, int, int]  # a class whose jobs may not displace anyone, its GPUs per learner, its learners
+# A class whose jobs may not displace anyone, its gang's GPUs, its GPUs per learner and its learners.
+_Unable = tuple[JobClass, int, int, int]
 # What a gate needs of the cluster's totals (_cluster_totals): 1 / total per resource, the total CPUs and memory,
 # and how much of each may be in use for shares to be GPU shares alone.
 _Totals = tuple[tuple[float, float, float], float, float, float, float]
@@ -116,6 +121,10 @@ class DrfGate(Gate):
         # The tenants with running jobs, as the snapshot's mapping's keys (not copied: a gate is made at every
         # decision).
         self.running_tenants: Collection[str] = snap.tenant_gpus if self.gpus_only else snap.running_by_tenant
+        # The tenants with queued jobs, where the caller knows them (a Session's walk: its groups' names, every
+        # queued job in one by then); else the snapshot's queued_tenants, a cached_property whose first read
+        # takes a lock on Python 3.11 (~1.3 microseconds, at about every decision).
+        self.queued_tenants: Collection[str] | None = None
         # Worked out on first use (_weigh(), from facts(), which every share, entitlement and memo lookup goes
         # through), not here: a gate is made at every decision, and one for a lone arrival that starts at once
         # (decide.start_alone, most decisions on the 117,000-job trace) is only asked admit(), which needs none
@@ -155,7 +164,8 @@ class DrfGate(Gate):
     def _weigh(self) -> None:
         """weight, fair_level, weights and memo, from the quotas and the active tenants (queued or running); once."""
         quotas, earlier = self._quotas, self._earlier
-        active = self.snap.queued_tenants.union(self.running_tenants)
+        queued = self.queued_tenants
+        active = (self.snap.queued_tenants if queued is None else frozenset(queued)).union(self.running_tenants)
         if earlier is not None and earlier[0] is quotas and earlier[1] == active:
             weight, fair_level = earlier[2], earlier[3]
         else:
@@ -383,7 +393,7 @@ class _SkippingProgressiveOrder:
     children's, which nothing touches), and they are skipped in one go: to the first job of an unanswered
     class if the tenant is still on top by then, else to where the tenant's entry goes down the heap."""
 
-    def __init__(self, gate: DrfGate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
+    def __init__(self, gate: DrfGate, groups: Mapping[str, Group], class_of: Callable[[str], JobClass],
                  migrate: bool = False) -> None:
         self.gate = gate
         self.share = gate.share
@@ -401,17 +411,13 @@ class _SkippingProgressiveOrder:
         # be in such a queue follows from the entry of the job handed out last (_passed); a tenant comes back
         # into the heap there, with the share it had (its entry's, never refreshed until then) when one of
         # its classes is unpruned. Tenant -> (tier, level) as the walk began.
-        self.out: dict[str, tuple[int, float]] = {}
-        whole: list[str] = []
-        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate, whole)
+        out: dict[str, tuple[int, float]] = {}
+        self.out = out
+        self.pruned: dict[JobClass, WaitReason] = self._prune(gate, groups, self.free, migrate, out)
         heap: list[_Entry] = []
-        if len(whole) < len(groups):
+        if len(out) < len(groups):
             share = gate.share
-            out = self.out
-            for name in whole:
-                out[name] = share(name)
-            for t, g in groups.items():
-                name = str(t)
+            for name, g in groups.items():
                 if name not in out:
                     tier, level = share(name)
                     heap.append((tier, level, _submit(g.keys[0]), name, 0))
@@ -428,8 +434,9 @@ class _SkippingProgressiveOrder:
         self.settled: list[tuple[JobClass, WaitReason]] = []
 
     @staticmethod
-    def _prune(gate: DrfGate, groups: Mapping[Hashable, Group], free: float,
-               migrate: bool = False, whole: list[str] | None = None) -> dict[JobClass, WaitReason]:
+    def _prune(gate: DrfGate, groups: Mapping[str, Group], free: float,
+               migrate: bool = False,
+               whole: dict[str, tuple[int, float]] | None = None) -> dict[JobClass, WaitReason]:
         """The classes whose every visit in this round gives one answer, as long as no victim is released, of a
         tenant that may not displace anyone (outside its entitlement, which its own starts only take it
         further from): NO_CAPACITY for a gang larger than the free GPUs (which only fall as jobs start);
@@ -439,29 +446,28 @@ class _SkippingProgressiveOrder:
         below the gang (started() then walks the class again; the free GPUs, and so that count, only fall
         until then). Under overload that is most classes, and decide() would answer each at every decision.
         With `migrate`, a FRAGMENTATION class may start by moving running jobs: it is visited (moves never add
-        free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned."""
+        free GPUs: NO_CAPACITY holds). `whole` gets the tenants whose every class is pruned, each with its share()
+        (which the walk keeps for them: _SkippingProgressiveOrder.out)."""
         # Every class of every queued tenant is looked at, at every decision: the bounds are looked up once
         # here, not per class; and which classes may not displace anyone comes from the tenant's _Facts, kept
         # there while its usage and its queue's classes stay the same.
         above_free = free + 1e-9
         above_largest = math.inf if migrate else gate.snap.max_free_gpus + 1e-9  # FreeCapacity.max_node_gpus
         pruned: dict[JobClass, WaitReason] = {}
-        no_capacity, fragmentation = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
         snap = gate.snap
         room: dict[tuple[int, int], bool] = {}  # (GPUs per learner, learners) -> the servers hold the learners
-        for t, group in groups.items():
-            name = str(t)
+        for name, group in groups.items():
             facts = gate.facts(name)
             unable = facts.unable
             if unable is None or unable[0] is not group or unable[1] != group.version:
                 classes = _unable_classes(gate, group, facts.over)
                 unable = facts.unable = (group, group.version, classes, len(classes) == len(group.classes))
             every = unable[3]  # so far, every class of the tenant pruned
-            for cls, g, n in unable[2]:
-                if n * g > above_free:
-                    reason = no_capacity
+            for cls, gang, g, n in unable[2]:
+                if gang > above_free:
+                    reason = _NO_CAPACITY
                 elif g > above_largest:
-                    reason = fragmentation
+                    reason = _FRAGMENTATION
                 elif migrate or n <= 1 or g <= 0:
                     every = False
                     continue
@@ -472,10 +478,10 @@ class _SkippingProgressiveOrder:
                     if fits:
                         every = False
                         continue
-                    reason = fragmentation
+                    reason = _FRAGMENTATION
                 pruned[cls] = reason
             if every and whole is not None:
-                whole.append(name)
+                whole[name] = facts.level
         return pruned
 
     def answered(self, cls: JobClass) -> None:
@@ -491,7 +497,7 @@ class _SkippingProgressiveOrder:
             # NO_CAPACITY: it is walked again (the Session learns the new reason from that visit).
             free = self.free - self.gate.started_gpus
             moved = [c for c, r in self.pruned.items()
-                     if r is WaitReason.FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
+                     if r is _FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
             if moved:
                 self._unprune(moved)
             self.skip = set(self.pruned)
@@ -608,7 +614,8 @@ def _unable_classes(gate: DrfGate, group: Group, over: bool) -> list[_Unable]:
             view = cls.views[0]
             if over or not within(view):
                 spec = view.spec
-                unable.append((cls, spec.gpus_per_learner, spec.learners))
+                g, n = spec.gpus_per_learner, spec.learners
+                unable.append((cls, n * g, g, n))
     return unable
 
 
@@ -656,6 +663,13 @@ def _window_row(job: JobView) -> tuple[float, float, float, float]:
 
 def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
     return pair[0]
+
+
+def _by_tenant(groups: Mapping[Hashable, Group]) -> Mapping[str, Group]:
+    """A Session's groups, named by tenant (order_group): the tenants with queued jobs (every queued job is in a
+    group by the time they are walked). Typed so, not converted: str() of each name cost a call per tenant at
+    every decision."""
+    return groups  # type: ignore[return-value]  # (a cast() costs a call too)
 
 
 def _submit(key: Key) -> float:
@@ -741,15 +755,20 @@ class DrfPolicy(Policy):
     def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
                    migrate: bool = False) -> WalkOrder | None:
         assert isinstance(gate, DrfGate)
-        return _SkippingProgressiveOrder(gate, groups, class_of, migrate)
+        by_tenant = _by_tenant(groups)
+        gate.queued_tenants = by_tenant.keys()
+        return _SkippingProgressiveOrder(gate, by_tenant, class_of, migrate)
 
     def settles_every_class(self, snap: Snapshot,
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
         """Every class pruned (_SkippingProgressiveOrder._prune): the walk hands out nobody and settles each with
         its pruned answer. Those answers follow from the free GPUs and the tenants' entitlements alone, so they
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
-        whole: list[str] = []
-        pruned = _SkippingProgressiveOrder._prune(self.gate(snap), groups, snap.free_gpu_total, whole=whole)
+        whole: dict[str, tuple[int, float]] = {}
+        gate = self.gate(snap)
+        by_tenant = _by_tenant(groups)
+        gate.queued_tenants = by_tenant.keys()
+        pruned = _SkippingProgressiveOrder._prune(gate, by_tenant, snap.free_gpu_total, whole=whole)
         return pruned if len(whole) == len(groups) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
