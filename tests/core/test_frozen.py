@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from loadmaster.core.frozen import fast_init
+from loadmaster.core.frozen import fast_init, lazy_attribute
 from loadmaster.core.job import Allocation, JobSpec, JobStatus
 from loadmaster.scheduling.plan import Plan, Start
 from loadmaster.scheduling.snapshot import JobView
@@ -167,3 +167,29 @@ def test_the_bulk_classes_get_the_twin() -> None:
     spec = JobSpec("j", "t", 0.0, 1, 4, 10.0)
     assert type(spec) is JobSpec and type(JobView(spec, 1.0)) is JobView
 
+
+
+@dataclass(frozen=True)
+class _Lazy:
+    base: int
+    calls: list[int] = field(default_factory=list)
+
+    @lazy_attribute
+    def doubled(self) -> int:
+        """Twice base."""
+        self.calls.append(self.base)
+        return 2 * self.base
+
+
+def test_lazy_attribute_computes_once_and_keeps_the_class_frozen() -> None:
+    obj = _Lazy(3)
+    assert "doubled" not in obj.__dict__
+    assert obj.doubled == 6 and obj.doubled == 6
+    assert obj.calls == [3]  # computed on the first read only, then read from __dict__
+    assert obj.__dict__["doubled"] == 6
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        obj.doubled = 1  # type: ignore[misc]
+    given_ = _Lazy(4)
+    given_.__dict__["doubled"] = 5  # set by whoever made it (Snapshot.build): read without a call
+    assert given_.doubled == 5 and given_.calls == []
+    assert _Lazy.doubled.__doc__ == "Twice base."

@@ -43,15 +43,25 @@ from functools import partial
 from loadmaster.core.job import Allocation, JobSpec
 from loadmaster.core.tally import tally
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.decide import _Round, decide_changes, start_alone
+from loadmaster.scheduling.decide import (
+    _DENIED,
+    _FRAGMENTATION,
+    _LOCALITY_WAIT,
+    _LOWER_PRIORITY,
+    _NO_CAPACITY,
+    _OVER_QUOTA,
+    _Round,
+    decide_changes,
+    start_alone,
+)
 from loadmaster.scheduling.placement.base import Placer
 from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
-from loadmaster.scheduling.policies.base import Admission, Policy
+from loadmaster.scheduling.policies.base import Policy
 from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
 
 # Waiting reasons that let decide() grow elastic jobs (decide._Round.grows_elastic).
-_LETS_ELASTIC_GROW = (WaitReason.OVER_QUOTA, WaitReason.LOCALITY_WAIT)
+_LETS_ELASTIC_GROW = (_OVER_QUOTA, _LOCALITY_WAIT)
 
 
 @dataclass(slots=True)
@@ -526,15 +536,15 @@ class _HeadsOrder:
                 gang = spec.learners * spec.gpus_per_learner
                 if gang > above:
                     if rnd is None:
-                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        self.settled.append((cls, _NO_CAPACITY))
                         continue
                     head = cls.views[0]
                     if not policy.preemptor(snap, gate, head):
-                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        self.settled.append((cls, _NO_CAPACITY))
                         self.late.append((gang, cls))
                         continue
                     if not policy.room_by_displacing(snap, gate, head):
-                        self.settled.append((cls, WaitReason.NO_CAPACITY))
+                        self.settled.append((cls, _NO_CAPACITY))
                         self.bound.append(cls)
                         continue
             self.cursor[cls] = 0
@@ -744,7 +754,7 @@ class _Walk:
         # of 38,000 on the 3,000-job trace). A gate that may refuse is asked first, as attempt() asks it: under
         # fair-fifo half the visits are refused for quota.
         quick = self.quick_answers and not session.migrate
-        denied, over_quota = Admission.DENIED, WaitReason.OVER_QUOTA
+        denied, over_quota = _DENIED, _OVER_QUOTA
         free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
         # Only a policy that knows a bound (srtf) is asked it here; the default's True changes nothing.
         bounded = type(policy).room_by_displacing is not Policy.room_by_displacing
@@ -816,13 +826,13 @@ class _Walk:
             if blocked is not None:
                 order = self._class_order(cls) if uses_class_order else ()
                 if order > blocked[0]:
-                    runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
+                    runs = [(LOWEST, _LOWER_PRIORITY)]
                 elif order == blocked[0]:
                     j = bisect_right(cls.keys, blocked[1])
                     if j == 0:
-                        runs = [(LOWEST, WaitReason.LOWER_PRIORITY)]
+                        runs = [(LOWEST, _LOWER_PRIORITY)]
                     elif j < len(cls.keys):
-                        runs = [*runs, (cls.keys[j], WaitReason.LOWER_PRIORITY)]
+                        runs = [*runs, (cls.keys[j], _LOWER_PRIORITY)]
             if runs != cls.reasons:
                 self._diff(cls, cls.reasons, runs, waits)
             cls.reasons = runs
@@ -871,7 +881,7 @@ def _beyond_free(spec: JobSpec, free: FreeCapacity) -> WaitReason | None:
     """place_at()'s first two answers, without a placement: a gang larger than the free GPUs waits for
     capacity, a learner larger than every server's free GPUs for fragmentation to clear."""
     if spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9:
-        return WaitReason.NO_CAPACITY
+        return _NO_CAPACITY
     if spec.gpus_per_learner > free.max_node_gpus + 1e-9:
-        return WaitReason.FRAGMENTATION
+        return _FRAGMENTATION
     return None

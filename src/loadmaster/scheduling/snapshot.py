@@ -5,7 +5,6 @@ from __future__ import annotations
 from bisect import bisect_left, insort
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
-from functools import cached_property
 from types import MappingProxyType
 from typing import overload
 
@@ -13,7 +12,7 @@ import numpy as np
 import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
-from loadmaster.core.frozen import fast_init
+from loadmaster.core.frozen import fast_init, lazy_attribute
 from loadmaster.core.job import Allocation, JobSpec
 
 
@@ -300,33 +299,33 @@ class Snapshot:
     # shell keeps them (FreeLedger).
     free_buckets: Mapping[float, list[int]] | None = None
 
-    @cached_property
+    @lazy_attribute
     def free_gpu_total(self) -> float:
         """Free GPUs over all servers: given by a shell that keeps the sum as it changes (build's free_totals),
         else summed once, on first use (FreeCapacity and DRF's gate ask at every decision)."""
         return float(self.free_gpus.sum())
 
-    @cached_property
+    @lazy_attribute
     def free_cpu_total(self) -> float:
         return float(self.free_cpus.sum())
 
-    @cached_property
+    @lazy_attribute
     def free_mem_total(self) -> float:
         return float(self.free_mem.sum())
 
-    @cached_property
+    @lazy_attribute
     def max_free_gpus(self) -> float:
         """The most free GPUs on any one server (0 on a cluster without servers)."""
         return float(self.free_gpus.max()) if self.free_gpus.size else 0.0
 
-    @cached_property
+    @lazy_attribute
     def running(self) -> tuple[JobView, ...]:
         """The running jobs: given to build(), or made on first use by the shell's provider. Most decisions
         of a lightly loaded cluster never read them, and a tuple of ~1,000 views per event cost more than
         the decision itself."""
         return tuple(self.__dict__["_running_provider"]())
 
-    @cached_property
+    @lazy_attribute
     def running_by_tenant(self) -> Mapping[str, tuple[JobView, ...]]:
         """Running jobs grouped by tenant (computed on first use, by the shell's provider if it gave one)."""
         provider = self.__dict__.get("_running_by_tenant_provider")
@@ -337,7 +336,7 @@ class Snapshot:
             groups.setdefault(job.spec.tenant, []).append(job)
         return MappingProxyType({t: tuple(js) for t, js in groups.items()})
 
-    @cached_property
+    @lazy_attribute
     def queued_tenants(self) -> frozenset[str]:
         """Tenants with a queued job (from the queue, or the shell's provider if it gave one)."""
         provider = self.__dict__.get("_queued_tenants_provider")
@@ -345,7 +344,7 @@ class Snapshot:
             return frozenset(provider())
         return frozenset(j.spec.tenant for j in self.queued)
 
-    @cached_property
+    @lazy_attribute
     def running_priorities(self) -> Mapping[int, int]:
         """Running jobs per priority class (JobSpec.priority), classes without one left out (from the running
         jobs, or the shell's provider if it gave one: counting ~900 running jobs per decision was most of what
@@ -358,7 +357,7 @@ class Snapshot:
             counts[job.spec.priority] = counts.get(job.spec.priority, 0) + 1
         return MappingProxyType(counts)
 
-    @cached_property
+    @lazy_attribute
     def running_elastic(self) -> tuple[JobView, ...]:
         """Running elastic jobs (computed on first use, by the shell's provider if it gave one)."""
         provider = self.__dict__.get("_running_elastic_provider")
@@ -440,7 +439,7 @@ class Snapshot:
             snap.__dict__["_running_by_tenant_provider"] = running_by_tenant
         if type(running_elastic) is tuple:
             # Given outright (a shell that knows there are none passes ()): read at every decision, and a
-            # cached_property's first read costs more than the rest of a lone arrival's checks.
+            # lazy attribute's first read costs more than the rest of a lone arrival's checks.
             snap.__dict__["running_elastic"] = running_elastic
         elif running_elastic is not None:
             snap.__dict__["_running_elastic_provider"] = running_elastic

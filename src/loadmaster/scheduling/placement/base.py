@@ -115,11 +115,18 @@ def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
     return np.floor_divide(free.gpus + 1e-6, g).astype(np.int64)
 
 
+# failure_reason()'s answers as module globals (one per failed placement): on Python 3.11 reading an enum
+# member from its class goes through the enum's descriptor (~90 ns), a global is one dict lookup.
+_NO_CAPACITY = WaitReason.NO_CAPACITY
+_CPU_MEMORY = WaitReason.CPU_MEMORY
+_FRAGMENTATION = WaitReason.FRAGMENTATION
+
+
 def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
     """Classify a failed placement: not enough GPUs at all, the wrong shape, or CPUs/memory short."""
     g = job.spec.gpus_per_learner
     if learners * g > free.total_gpus + 1e-9:
-        return WaitReason.NO_CAPACITY
+        return _NO_CAPACITY
     groups = type_groups(snap, job)
     buckets = free.buckets
     ranges = None if buckets is None or g <= 0 else bucket_ranges(groups, snap)
@@ -127,13 +134,13 @@ def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapsh
         # Groups of consecutive servers: the learners they take counting GPUs alone, from the free-GPU buckets.
         assert buckets is not None
         if any(bucket_room(bucket_slots(buckets, g, a, b), learners) >= learners for a, b in ranges):
-            return WaitReason.CPU_MEMORY
-        return WaitReason.FRAGMENTATION
+            return _CPU_MEMORY
+        return _FRAGMENTATION
     gslots = np.minimum(gpu_only_slots(job, free), learners)
     for mask in groups:
         if int(gslots[mask].sum()) >= learners:
-            return WaitReason.CPU_MEMORY
-    return WaitReason.FRAGMENTATION
+            return _CPU_MEMORY
+    return _FRAGMENTATION
 
 
 def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],
