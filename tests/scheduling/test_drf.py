@@ -129,7 +129,7 @@ def test_a_lone_start_works_out_no_weights() -> None:
     snap = snapshot(c, (), (a,))
     policy = DrfPolicy()
     assert start_alone(snap, policy, make_placer("pack"), a) is not None
-    assert "queued_tenants" not in snap.__dict__  # Snapshot's cached property: never read
+    assert "queued_tenants" not in snap.__dict__  # Snapshot's lazy attribute: never read
     gate = policy.gate(snap)
     assert gate.share("A") == (0, 0.0) and gate.fair_level == 1.0
     assert "queued_tenants" in snap.__dict__

@@ -122,8 +122,8 @@ class DrfGate(Gate):
         # decision).
         self.running_tenants: Collection[str] = snap.tenant_gpus if self.gpus_only else snap.running_by_tenant
         # The tenants with queued jobs, where the caller knows them (a Session's walk: its groups' names, every
-        # queued job in one by then); else the snapshot's queued_tenants, a cached_property whose first read
-        # takes a lock on Python 3.11 (~1.3 microseconds, at about every decision).
+        # queued job in one by then); else the snapshot's queued_tenants, worked out on its first read (at
+        # about every decision).
         self.queued_tenants: Collection[str] | None = None
         # Worked out on first use (_weigh(), from facts(), which every share, entitlement and memo lookup goes
         # through), not here: a gate is made at every decision, and one for a lone arrival that starts at once
