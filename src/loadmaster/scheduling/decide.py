@@ -19,8 +19,23 @@ from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity, SavedCapacity
 from loadmaster.scheduling.feasibility import never_fits
 from loadmaster.scheduling.placement.base import Placer, failure_reason, type_groups
-from loadmaster.scheduling.plan import Migrate, Plan, Preempt, Reject, Resize, Start, Wait, WaitReason
-from loadmaster.scheduling.policies.base import Admission, Gate, Policy
+from loadmaster.scheduling.plan import (
+    CPU_MEMORY,
+    FRAGMENTATION,
+    LOCALITY_WAIT,
+    LOWER_PRIORITY,
+    NO_CAPACITY,
+    OVER_QUOTA,
+    Migrate,
+    Plan,
+    Preempt,
+    Reject,
+    Resize,
+    Start,
+    Wait,
+    WaitReason,
+)
+from loadmaster.scheduling.policies.base import DENIED, Gate, Policy
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 Shape = tuple[object, ...]
@@ -28,17 +43,8 @@ _MEMO_LIMIT = 32
 # Defragmentation moves at most this many running jobs for one waiting gang: each move costs its job a
 # restart and the work since its last checkpoint, and a search over more would cost a round dearly.
 MAX_MOVES = 8
-# The enum members read per queued job, placement or visit, as module globals: on Python 3.11 reading a
-# member from its class goes through the enum's descriptor (~90 ns), a global is one dict lookup (~6 ns).
-_OVER_QUOTA = WaitReason.OVER_QUOTA
-_NO_CAPACITY = WaitReason.NO_CAPACITY
-_FRAGMENTATION = WaitReason.FRAGMENTATION
-_CPU_MEMORY = WaitReason.CPU_MEMORY
-_LOCALITY_WAIT = WaitReason.LOCALITY_WAIT
-_LOWER_PRIORITY = WaitReason.LOWER_PRIORITY
-_DENIED = Admission.DENIED
 # Why a gang that does not fit may fit after smaller jobs move: free GPUs of the wrong shape.
-_DEFRAGMENTABLE = (_FRAGMENTATION, _LOCALITY_WAIT)
+_DEFRAGMENTABLE = (FRAGMENTATION, LOCALITY_WAIT)
 
 
 @runtime_checkable
@@ -178,9 +184,9 @@ class _Round:
         spec = job.spec
         if not spec.elastic:
             return self.place_at(job, spec.learners)
-        result: Allocation | WaitReason = _OVER_QUOTA
+        result: Allocation | WaitReason = OVER_QUOTA
         for n in elastic_sizes(spec.min_learners or spec.learners, spec.max_learners or spec.learners):
-            if self.gate.admit(job, n * spec.gpus_per_learner) is _DENIED:
+            if self.gate.admit(job, n * spec.gpus_per_learner) is DENIED:
                 continue  # this size would take the tenant past its limit
             result = self.place_at(job, n)
             if isinstance(result, Allocation):
@@ -189,10 +195,9 @@ class _Round:
 
     def place_at(self, job: JobView, learners: int) -> Allocation | WaitReason:
         spec = job.spec
-        if learners * spec.gpus_per_learner > self.free.total_gpus + 1e-9:
-            return _NO_CAPACITY
-        if spec.gpus_per_learner > self.free.max_node_gpus + 1e-9:
-            return _FRAGMENTATION
+        bound = beyond_free(self.free, learners, spec.gpus_per_learner)
+        if bound is not None:
+            return bound
         prefer = self.policy.type_preference(self.snap, job)
         key = self.placer.cache_key(job, learners, self.snap)
         if key is not None and prefer is not None:
@@ -202,9 +207,9 @@ class _Round:
             hit = self.no_fit.lookup(key)
             if hit is not None:
                 reason, exact = hit
-                if exact or reason not in (_CPU_MEMORY, _LOCALITY_WAIT):
+                if exact or reason not in (CPU_MEMORY, LOCALITY_WAIT):
                     return reason
-                if reason is _CPU_MEMORY:
+                if reason is CPU_MEMORY:
                     # A larger shape may fail on GPUs rather than CPUs: classify it for itself.
                     return failure_reason(job, learners, self.free, self.snap)
                 # A larger shape may fit nowhere at all (not just not locally): ask the placer.
@@ -248,7 +253,7 @@ class _Round:
                 continue
             same_type = (self.snap.cluster.nodes[alloc.learner_nodes[0]].gpu_type,)
             for extra in elastic_sizes(1, (spec.max_learners or spec.learners) - alloc.learners):
-                if self.gate.admit(job, extra * spec.gpus_per_learner) is _DENIED:
+                if self.gate.admit(job, extra * spec.gpus_per_learner) is DENIED:
                     continue  # growing would take the tenant past its limit
                 more = self.placer.place(job, extra, self.free, self.snap, same_type if spec.gpus_per_learner
                                          else None)
@@ -503,8 +508,8 @@ class _Round:
         if self.gated:
             elastic = (spec.min_learners is not None or spec.max_learners is not None) and spec.elastic
             smallest = (spec.min_learners or spec.learners) * spec.gpus_per_learner if elastic else spec.gpus
-            if gate.admit(job, smallest) is _DENIED:
-                return _OVER_QUOTA, False
+            if gate.admit(job, smallest) is DENIED:
+                return OVER_QUOTA, False
         return self.attempt_admitted(job), True
 
     def attempt_admitted(self, job: JobView) -> Allocation | WaitReason:
@@ -514,7 +519,7 @@ class _Round:
         if self.migrate and type(result) is not Allocation:
             assert isinstance(result, WaitReason)
             result = self.place_by_migrating(job, result)
-        if type(result) is not Allocation and self.policy.preemptive and result is not _LOCALITY_WAIT:
+        if type(result) is not Allocation and self.policy.preemptive and result is not LOCALITY_WAIT:
             assert isinstance(result, WaitReason)
             result = self.place_by_preempting(job, result)
         if isinstance(result, Allocation):
@@ -547,12 +552,23 @@ class _Round:
     def grows_elastic(self, reasons: Iterable[WaitReason]) -> None:
         """Idle GPUs go to elastic jobs only when no queued job is waiting for capacity (`reasons`: why the
         queued jobs wait)."""
-        if all(r in (_OVER_QUOTA, _LOCALITY_WAIT) for r in reasons):
+        if all(r in (OVER_QUOTA, LOCALITY_WAIT) for r in reasons):
             self.grow_elastic()
 
     def plan(self, rejects: list[Reject], waits: list[Wait]) -> Plan:
         return Plan(starts=tuple(self.starts), preempts=tuple(self.preempts), resizes=tuple(self.resizes),
                     rejects=tuple(rejects), waits=tuple(waits), migrations=tuple(self.migrations))
+
+
+def beyond_free(free: FreeCapacity, learners: int, gpus_per_learner: float) -> WaitReason | None:
+    """place_at()'s first two answers, before any placement is tried: a gang larger than the free GPUs waits
+    for capacity, a learner larger than every server's free GPUs for fragmentation to clear. None: a placement
+    may fit."""
+    if learners * gpus_per_learner > free.total_gpus + 1e-9:
+        return NO_CAPACITY
+    if gpus_per_learner > free.max_node_gpus + 1e-9:
+        return FRAGMENTATION
+    return None
 
 
 def why_never(job: JobView, snap: Snapshot, gate: Gate | None) -> str | None:
@@ -665,7 +681,7 @@ def _walk(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool
     for job in policy.rank(snap):
         if blocked:
             wait_for(job.spec.job_id)
-            because(_LOWER_PRIORITY)
+            because(LOWER_PRIORITY)
             continue
         spec = job.spec
         if gated or fits.get((spec.learners, spec.gpus_per_learner, spec.cpus_per_learner, spec.mem_gb_per_learner,
@@ -678,7 +694,7 @@ def _walk(snap: Snapshot, policy: Policy, placer: Placer, migrate: bool
                 and ((spec.min_learners is None and spec.max_learners is None) or not spec.elastic)
                 and not (preemptive and preemptor(snap, gate, job))):
             wait_for(spec.job_id)
-            because(_NO_CAPACITY)
+            because(NO_CAPACITY)
             continue
         key = rnd.alike_key(job)
         if key is not None:

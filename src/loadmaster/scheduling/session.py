@@ -40,28 +40,28 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from functools import partial
 
-from loadmaster.core.job import Allocation, JobSpec
+from loadmaster.core.job import Allocation
 from loadmaster.core.tally import tally
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.decide import (
-    _DENIED,
-    _FRAGMENTATION,
-    _LOCALITY_WAIT,
-    _LOWER_PRIORITY,
-    _NO_CAPACITY,
-    _OVER_QUOTA,
-    _Round,
-    decide_changes,
-    start_alone,
-)
+from loadmaster.scheduling.decide import _Round, beyond_free, decide_changes, start_alone
 from loadmaster.scheduling.placement.base import Placer
-from loadmaster.scheduling.plan import Plan, Reject, Start, Wait, WaitReason
-from loadmaster.scheduling.policies.base import Policy
+from loadmaster.scheduling.plan import (
+    LOCALITY_WAIT,
+    LOWER_PRIORITY,
+    NO_CAPACITY,
+    OVER_QUOTA,
+    Plan,
+    Reject,
+    Start,
+    Wait,
+    WaitReason,
+)
+from loadmaster.scheduling.policies.base import DENIED, Policy
 from loadmaster.scheduling.queue_index import LOWEST, Group, JobClass, Key, WalkOrder, reason_at
 from loadmaster.scheduling.snapshot import JobView, LazyJobs, Snapshot
 
 # Waiting reasons that let decide() grow elastic jobs (decide._Round.grows_elastic).
-_LETS_ELASTIC_GROW = (_OVER_QUOTA, _LOCALITY_WAIT)
+_LETS_ELASTIC_GROW = (OVER_QUOTA, LOCALITY_WAIT)
 
 
 @dataclass(slots=True)
@@ -536,15 +536,15 @@ class _HeadsOrder:
                 gang = spec.learners * spec.gpus_per_learner
                 if gang > above:
                     if rnd is None:
-                        self.settled.append((cls, _NO_CAPACITY))
+                        self.settled.append((cls, NO_CAPACITY))
                         continue
                     head = cls.views[0]
                     if not policy.preemptor(snap, gate, head):
-                        self.settled.append((cls, _NO_CAPACITY))
+                        self.settled.append((cls, NO_CAPACITY))
                         self.late.append((gang, cls))
                         continue
                     if not policy.room_by_displacing(snap, gate, head):
-                        self.settled.append((cls, _NO_CAPACITY))
+                        self.settled.append((cls, NO_CAPACITY))
                         self.bound.append(cls)
                         continue
             self.cursor[cls] = 0
@@ -710,7 +710,7 @@ class _Walk:
         policy, rnd, spec = self.session.policy, self.rnd, view.spec
         if spec.elastic or type(rnd.gate).may_deny():
             return False  # attempt() answers as the walk would (the walk attempts these too)
-        if _beyond_free(spec, rnd.free) is None:
+        if beyond_free(rnd.free, spec.learners, spec.gpus_per_learner) is None:
             return False  # a placement is tried first
         snap, gate = self.snap, rnd.gate
         return policy.preemptor(snap, gate, view) and policy.room_by_displacing(snap, gate, view)
@@ -754,7 +754,7 @@ class _Walk:
         # of 38,000 on the 3,000-job trace). A gate that may refuse is asked first, as attempt() asks it: under
         # fair-fifo half the visits are refused for quota.
         quick = self.quick_answers and not session.migrate
-        denied, over_quota = _DENIED, _OVER_QUOTA
+        denied, over_quota = DENIED, OVER_QUOTA
         free, snap, gate, preemptive = rnd.free, self.snap, rnd.gate, policy.preemptive
         # Only a policy that knows a bound (srtf) is asked it here; the default's True changes nothing.
         bounded = type(policy).room_by_displacing is not Policy.room_by_displacing
@@ -773,7 +773,7 @@ class _Walk:
                 if may_deny and gate.admit(view, spec.gpus) is denied:
                     result, placed = over_quota, False  # attempt()'s refusal: no placement tried
                 else:
-                    result = _beyond_free(spec, free)
+                    result = beyond_free(free, spec.learners, spec.gpus_per_learner)
                     if (result is not None and preemptive and policy.preemptor(snap, gate, view)
                             and (not bounded or policy.room_by_displacing(snap, gate, view))):
                         result = None  # attempt() searches: no answer without it
@@ -826,13 +826,13 @@ class _Walk:
             if blocked is not None:
                 order = self._class_order(cls) if uses_class_order else ()
                 if order > blocked[0]:
-                    runs = [(LOWEST, _LOWER_PRIORITY)]
+                    runs = [(LOWEST, LOWER_PRIORITY)]
                 elif order == blocked[0]:
                     j = bisect_right(cls.keys, blocked[1])
                     if j == 0:
-                        runs = [(LOWEST, _LOWER_PRIORITY)]
+                        runs = [(LOWEST, LOWER_PRIORITY)]
                     elif j < len(cls.keys):
-                        runs = [*runs, (cls.keys[j], _LOWER_PRIORITY)]
+                        runs = [*runs, (cls.keys[j], LOWER_PRIORITY)]
             if runs != cls.reasons:
                 self._diff(cls, cls.reasons, runs, waits)
             cls.reasons = runs
@@ -875,13 +875,3 @@ class _Walk:
                 if reason not in allowed and any(v.job_id not in leaving for v in cls.views[lo:hi]):
                     return False
         return True
-
-
-def _beyond_free(spec: JobSpec, free: FreeCapacity) -> WaitReason | None:
-    """place_at()'s first two answers, without a placement: a gang larger than the free GPUs waits for
-    capacity, a learner larger than every server's free GPUs for fragmentation to clear."""
-    if spec.learners * spec.gpus_per_learner > free.total_gpus + 1e-9:
-        return _NO_CAPACITY
-    if spec.gpus_per_learner > free.max_node_gpus + 1e-9:
-        return _FRAGMENTATION
-    return None

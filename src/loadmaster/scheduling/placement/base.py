@@ -13,7 +13,7 @@ import numpy.typing as npt
 
 from loadmaster.core.job import Allocation
 from loadmaster.scheduling.capacity import FreeCapacity
-from loadmaster.scheduling.plan import WaitReason
+from loadmaster.scheduling.plan import CPU_MEMORY, FRAGMENTATION, NO_CAPACITY, WaitReason
 from loadmaster.scheduling.snapshot import JobView, Snapshot
 
 
@@ -115,18 +115,11 @@ def gpu_only_slots(job: JobView, free: FreeCapacity) -> npt.NDArray[np.int64]:
     return np.floor_divide(free.gpus + 1e-6, g).astype(np.int64)
 
 
-# failure_reason()'s answers as module globals (one per failed placement): on Python 3.11 reading an enum
-# member from its class goes through the enum's descriptor (~90 ns), a global is one dict lookup.
-_NO_CAPACITY = WaitReason.NO_CAPACITY
-_CPU_MEMORY = WaitReason.CPU_MEMORY
-_FRAGMENTATION = WaitReason.FRAGMENTATION
-
-
 def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapshot) -> WaitReason:
     """Classify a failed placement: not enough GPUs at all, the wrong shape, or CPUs/memory short."""
     g = job.spec.gpus_per_learner
     if learners * g > free.total_gpus + 1e-9:
-        return _NO_CAPACITY
+        return NO_CAPACITY
     groups = type_groups(snap, job)
     buckets = free.buckets
     ranges = None if buckets is None or g <= 0 else bucket_ranges(groups, snap)
@@ -134,13 +127,13 @@ def failure_reason(job: JobView, learners: int, free: FreeCapacity, snap: Snapsh
         # Groups of consecutive servers: the learners they take counting GPUs alone, from the free-GPU buckets.
         assert buckets is not None
         if any(bucket_room(bucket_slots(buckets, g, a, b), learners) >= learners for a, b in ranges):
-            return _CPU_MEMORY
-        return _FRAGMENTATION
+            return CPU_MEMORY
+        return FRAGMENTATION
     gslots = np.minimum(gpu_only_slots(job, free), learners)
     for mask in groups:
         if int(gslots[mask].sum()) >= learners:
-            return _CPU_MEMORY
-    return _FRAGMENTATION
+            return CPU_MEMORY
+    return FRAGMENTATION
 
 
 def make_allocation(job: JobView, nodes: list[int] | npt.NDArray[np.int64],

@@ -23,6 +23,9 @@ class Admission(Enum):
     DENIED = "denied"  # the tenant is at its limit
 
 
+DENIED = Admission.DENIED  # read at every admit() of a walk: a module global, as plan.py's reasons
+
+
 class Gate:
     """Per-tenant admission during one decide() call. This default admits everything and keeps no books;
     quota-aware policies subclass it (see fair.QuotaGate)."""

@@ -36,7 +36,7 @@ import numpy.typing as npt
 
 from loadmaster.core.cluster import Cluster
 from loadmaster.scheduling.placement.base import bucket_room, bucket_slots
-from loadmaster.scheduling.plan import WaitReason
+from loadmaster.scheduling.plan import FRAGMENTATION, NO_CAPACITY, WaitReason
 from loadmaster.scheduling.policies.base import Admission, Gate, Policy
 from loadmaster.scheduling.policies.srtf import (
     DEFAULT_CHECKPOINT_INTERVAL_S,
@@ -57,10 +57,6 @@ DEFAULT_ROUND_S = 60.0
 # Checkpoint windows of each running job that next_change_s follows: past them it asks for a round (more cost
 # a little more per call and spare rounds while a gang waits for windows on enough GPUs at once).
 WINDOWS_FOLLOWED = 4
-# The answers of pruned classes, read once: an enum member read from its class costs as much as a dozen dict
-# lookups on Python 3.11 (a tenth of a microsecond), and the walk reads them at every decision (_prune) and for
-# each pruned class at every start (started).
-_NO_CAPACITY, _FRAGMENTATION = WaitReason.NO_CAPACITY, WaitReason.FRAGMENTATION
 
 
 # (quotas, active tenants, weight per tenant, fair level): what a gate derived from the quotas and the
@@ -465,9 +461,9 @@ class _SkippingProgressiveOrder:
             every = unable[3]  # so far, every class of the tenant pruned
             for cls, gang, g, n in unable[2]:
                 if gang > above_free:
-                    reason = _NO_CAPACITY
+                    reason = NO_CAPACITY
                 elif g > above_largest:
-                    reason = _FRAGMENTATION
+                    reason = FRAGMENTATION
                 elif migrate or n <= 1 or g <= 0:
                     every = False
                     continue
@@ -478,7 +474,7 @@ class _SkippingProgressiveOrder:
                     if fits:
                         every = False
                         continue
-                    reason = _FRAGMENTATION
+                    reason = FRAGMENTATION
                 pruned[cls] = reason
             if every and whole is not None:
                 whole[name] = facts.level
@@ -497,7 +493,7 @@ class _SkippingProgressiveOrder:
             # NO_CAPACITY: it is walked again (the Session learns the new reason from that visit).
             free = self.free - self.gate.started_gpus
             moved = [c for c, r in self.pruned.items()
-                     if r is _FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
+                     if r is FRAGMENTATION and _gang_gpus(c) > free + 1e-9]
             if moved:
                 self._unprune(moved)
             self.skip = set(self.pruned)
