@@ -488,7 +488,7 @@ class _Run:
     # -- transitions ----------------------------------------------------------------------------
     def set_status(self, live: _Live, new: JobStatus) -> None:
         record = live.record
-        if new not in TRANSITIONS[record.status]:  # the call only to raise (start() and end_attempt() inline this)
+        if new not in TRANSITIONS[record.status]:  # twice per attempt: the call only to raise
             check_transition(live.view.job_id, record.status, new)
         record.status = new
 
@@ -703,11 +703,8 @@ class _Run:
         if live.reason_since != self.clock:
             self.close_wait(live)
         live.reason = ""
+        self.set_status(live, _PROCESSING)
         record = live.record
-        # set_status(live, PROCESSING) inline (once per start).
-        if _PROCESSING not in TRANSITIONS[record.status]:
-            check_transition(live.view.job_id, record.status, _PROCESSING)
-        record.status = _PROCESSING
         if record.first_start_s is None:
             record.first_start_s = self.clock
         if record.attempts_run <= live.attempt_idx:  # max(attempts_run, attempt_idx + 1) without the call
@@ -903,11 +900,7 @@ class _Run:
                 self.smoke_first(live)
             self.requeue(live, 0.0, attained, view.preemptions)
             return
-        # set_status(live, outcome) inline (once per job).
-        record = live.record
-        if outcome not in TRANSITIONS[record.status]:
-            check_transition(live.view.job_id, record.status, outcome)
-        record.status = outcome
+        self.set_status(live, outcome)
         self.finish(live)
 
     def finish(self, live: _Live) -> None:
