@@ -661,11 +661,13 @@ def _first(pair: tuple[tuple[float, ...], JobView]) -> tuple[float, ...]:
     return pair[0]
 
 
-def _by_tenant(groups: Mapping[Hashable, Group]) -> Mapping[str, Group]:
-    """A Session's groups, named by tenant (order_group): the tenants with queued jobs (every queued job is in a
-    group by the time they are walked). Typed so, not converted: str() of each name cost a call per tenant at
-    every decision."""
-    return groups  # type: ignore[return-value]  # (a cast() costs a call too)
+def _by_tenant(gate: DrfGate, groups: Mapping[Hashable, Group]) -> Mapping[str, Group]:
+    """A Session's groups, named by tenant (order_group), with the gate told that their names are the tenants
+    with queued jobs (every queued job is in a group by the time they are walked). Typed so, not converted:
+    str() of each name cost a call per tenant at every decision."""
+    by_tenant: Mapping[str, Group] = groups  # type: ignore[assignment]  # (a cast() costs a call too)
+    gate.queued_tenants = by_tenant.keys()
+    return by_tenant
 
 
 def _submit(key: Key) -> float:
@@ -751,9 +753,7 @@ class DrfPolicy(Policy):
     def walk_order(self, gate: Gate, groups: Mapping[Hashable, Group], class_of: Callable[[str], JobClass],
                    migrate: bool = False) -> WalkOrder | None:
         assert isinstance(gate, DrfGate)
-        by_tenant = _by_tenant(groups)
-        gate.queued_tenants = by_tenant.keys()
-        return _SkippingProgressiveOrder(gate, by_tenant, class_of, migrate)
+        return _SkippingProgressiveOrder(gate, _by_tenant(gate, groups), class_of, migrate)
 
     def settles_every_class(self, snap: Snapshot,
                             groups: Mapping[Hashable, Group]) -> Mapping[JobClass, WaitReason] | None:
@@ -762,9 +762,7 @@ class DrfPolicy(Policy):
         hold until an event; and no class's first job may displace anyone (next_change_s then says infinity)."""
         whole: dict[str, tuple[int, float]] = {}
         gate = self.gate(snap)
-        by_tenant = _by_tenant(groups)
-        gate.queued_tenants = by_tenant.keys()
-        pruned = _SkippingProgressiveOrder._prune(gate, by_tenant, snap.free_gpu_total, whole=whole)
+        pruned = _SkippingProgressiveOrder._prune(gate, _by_tenant(gate, groups), snap.free_gpu_total, whole=whole)
         return pruned if len(whole) == len(groups) else None
 
     def next_change_s(self, snap: Snapshot, heads: Sequence[JobView]) -> float:
